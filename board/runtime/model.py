@@ -1,0 +1,177 @@
+"""A loaded model: its plan turned into ready-to-run steps.
+
+All the work that does not depend on the frame (sessions, dequantize
+parameters, name lookups) happens once, at load time. ``LoadedModel.run`` is
+thread-safe: each call keeps its tensors in its own table, and onnxruntime
+sessions are safe to run concurrently.
+"""
+import time
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
+
+from bpuemu.common.errors import InvalidInput, InvalidModelFile
+from bpuemu.common.input_types import to_model_input
+from bpuemu.common.proto import model_pb2
+from bpuemu.board.runtime.profiler import FrameTimes
+from bpuemu.board.runtime.sessions import session_from_bytes
+
+Kind = model_pb2.PlanStep
+
+#: The step kinds the profiler counts as BPU time.
+BPU_KINDS = {Kind.BPU_SUBGRAPH}
+
+Tensors = Dict[str, np.ndarray]
+
+
+class Step:
+    """One executable plan step: ``run(tensors)`` reads and writes the table."""
+
+    def __init__(self, spec: model_pb2.PlanStep):
+        self.spec = spec
+        self.name = spec.name
+        self.is_bpu = spec.kind in BPU_KINDS
+        self.inputs = list(spec.inputs)
+        self.outputs = list(spec.outputs)
+
+    def run(self, tensors: Tensors) -> None:  # pragma: no cover - abstract
+        raise NotImplementedError
+
+
+class OrtStep(Step):
+    """A compiled piece (BPU subgraph, CPU op, input quantize) run by onnxruntime."""
+
+    def __init__(self, spec, blob: bytes, intra_op_threads: int):
+        super().__init__(spec)
+        try:
+            self.session = session_from_bytes(blob, intra_op_threads)
+        except Exception as exc:  # onnxruntime's own exception types vary by version
+            raise InvalidModelFile(f"step '{spec.name}': piece does not load: {exc}") from None
+
+    def run(self, tensors):
+        feed = {name: tensors[name] for name in self.inputs}
+        for name, value in zip(self.outputs, self.session.run(self.outputs, feed)):
+            tensors[name] = value
+
+
+class DequantizeStep(Step):
+    """``<node>_HzDequantize``: (q - zero_point) * scale, as onnxruntime computes it."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.scale = np.asarray(spec.scale, dtype=np.float32)
+        self.zero_point = np.asarray(spec.zero_point or [0], dtype=np.int32)
+        self.axis = spec.axis
+
+    def run(self, tensors):
+        q = tensors[self.inputs[0]]
+        scale, zp = self.scale, self.zero_point
+        if scale.size > 1:  # per-axis: broadcast along the quantize axis
+            shape = [1] * q.ndim
+            shape[self.axis] = scale.size
+            scale = scale.reshape(shape)
+            zp = zp.reshape(shape) if zp.size > 1 else zp
+        tensors[self.outputs[0]] = (q.astype(np.int32) - zp).astype(np.float32) * scale
+
+
+class LayoutConvertStep(Step):
+    """Bring tensors between the BPU's layout and the CPU's."""
+
+    def __init__(self, spec):
+        super().__init__(spec)
+        self.perm = tuple(spec.perm) or None
+
+    def run(self, tensors):
+        for src, dst in zip(self.inputs, self.outputs):
+            x = tensors[src]
+            tensors[dst] = np.ascontiguousarray(x.transpose(self.perm) if self.perm else x)
+
+
+class PreprocessStep(Step):
+    """input_type_rt data -> the quantized model's input (nv12 -> yuv444, -128, layout)."""
+
+    def __init__(self, spec, input_spec: model_pb2.InputSpec):
+        super().__init__(spec)
+        self.input_spec = input_spec
+
+    def run(self, tensors):
+        tensors[self.outputs[0]] = to_model_input(tensors[self.inputs[0]], self.input_spec)
+
+
+def _build_step(spec, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int) -> Step:
+    if spec.kind in (Kind.BPU_SUBGRAPH, Kind.CPU_OP, Kind.QUANTIZE):
+        return OrtStep(spec, blobs[spec.blob], intra_op_threads)
+    if spec.kind == Kind.DEQUANTIZE:
+        return DequantizeStep(spec)
+    if spec.kind == Kind.LAYOUT_CONVERT:
+        return LayoutConvertStep(spec)
+    if spec.kind == Kind.PREPROCESS:
+        if not 0 <= spec.input_index < len(model.input_specs):
+            raise InvalidModelFile(f"step '{spec.name}' names input {spec.input_index}, model has {len(model.input_specs)}")
+        return PreprocessStep(spec, model.input_specs[spec.input_index])
+    raise InvalidModelFile(f"step '{spec.name}' has unknown kind {spec.kind}; is the runtime older than the model?")
+
+
+class LoadedModel:
+    """One model of a `.bin`, ready to run."""
+
+    def __init__(self, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int = 1):
+        self.model = model
+        self.name = model.name
+        self.input_properties = list(model.inputs)
+        self.output_properties = list(model.outputs)
+        self.input_names = [p.name for p in model.inputs]
+        self.output_names = [p.name for p in model.outputs]
+        self.steps: List[Step] = [_build_step(s, model, blobs, intra_op_threads) for s in model.plan]
+        self._output_tensors = list(model.output_tensors) or self.output_names
+
+    def _feed(self, inputs) -> Tensors:
+        if isinstance(inputs, dict):
+            missing = [n for n in self.input_names if n not in inputs]
+            if missing:
+                raise InvalidInput(f"model '{self.name}' needs inputs {self.input_names}; missing {missing}")
+            ordered = [inputs[n] for n in self.input_names]
+        else:
+            ordered = list(inputs)
+            if len(ordered) != len(self.input_names):
+                raise InvalidInput(
+                    f"model '{self.name}' takes {len(self.input_names)} input(s) {self.input_names}, got {len(ordered)}"
+                )
+        return {f"rt:{name}": np.asarray(x) for name, x in zip(self.input_names, ordered)}
+
+    def run(
+        self,
+        inputs,
+        times: Optional[FrameTimes] = None,
+        keep_intermediate: bool = False,
+        submitted_ns: Optional[int] = None,
+    ):
+        """Run one frame.
+
+        ``inputs`` is a list in model input order or a dict by input name, in
+        input_type_rt form. Returns the outputs (list, model output order) and,
+        with ``keep_intermediate``, every tensor the plan produced.
+        """
+        tensors = self._feed(inputs)
+        clock = time.perf_counter_ns
+        start = clock()
+        if times is None:
+            for step in self.steps:
+                step.run(tensors)
+        else:
+            t0 = start
+            for step in self.steps:
+                step.run(tensors)
+                t1 = clock()
+                times.steps.append((step.name, step.is_bpu, (t1 - t0) / 1e6))
+                t0 = t1
+            times.pending_ms = (start - (submitted_ns or start)) / 1e6
+            times.running_ms = (t0 - start) / 1e6
+        outputs = [tensors[n] for n in self._output_tensors]
+        if keep_intermediate:
+            inter = {k: v for k, v in tensors.items() if not k.startswith("rt:")}
+            return outputs, inter
+        return outputs
+
+    def output_by_name(self, outputs: Sequence[np.ndarray]) -> Dict[str, np.ndarray]:
+        return dict(zip(self.output_names, outputs))

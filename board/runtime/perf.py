@@ -1,0 +1,176 @@
+"""hrt_model_exec perf: frames run by thread_num threads on the board itself.
+
+Each worker takes the next frame number, runs it, and records its latency
+(from submission to the end of its last step). The run stops after
+frame_count frames, or after perf_time minutes when that is set. Results are
+what the real tool prints (Running condition / Perf result) plus latency
+percentiles, and, when profiling, profiler.log and profiler.csv.
+"""
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, List, Optional
+
+import numpy as np
+
+from bpuemu.common.errors import BpuEmuError, Cancelled, InvalidInput
+from bpuemu.board.runtime.model import LoadedModel
+from bpuemu.board.runtime.profiler import FrameTimes, Profiler
+
+MAX_THREADS = 8
+
+
+@dataclass
+class PerfConfig:
+    frame_count: int = 200
+    perf_time_minutes: float = 0.0
+    thread_num: int = 1
+    core_id: int = 0
+    profile: bool = False
+
+    def validate(self, max_frame_count: int = 0, max_perf_time_minutes: float = 0.0) -> None:
+        if not 1 <= self.thread_num <= MAX_THREADS:
+            raise InvalidInput(f"thread_num must be in [1,{MAX_THREADS}], got {self.thread_num}")
+        if self.perf_time_minutes < 0:
+            raise InvalidInput(f"perf_time must be >= 0 minutes, got {self.perf_time_minutes}")
+        if self.perf_time_minutes == 0 and self.frame_count < 1:
+            raise InvalidInput(f"frame_count must be >= 1, got {self.frame_count}")
+        if self.core_id < 0:
+            raise InvalidInput(f"core_id must be >= 0, got {self.core_id}")
+        if max_frame_count and self.perf_time_minutes == 0 and self.frame_count > max_frame_count:
+            raise InvalidInput(f"frame_count {self.frame_count} is over this board's limit of {max_frame_count}")
+        if max_perf_time_minutes and self.perf_time_minutes > max_perf_time_minutes:
+            raise InvalidInput(f"perf_time {self.perf_time_minutes} min is over this board's limit of {max_perf_time_minutes} min")
+
+
+@dataclass
+class PerfReport:
+    model_name: str
+    thread_num: int
+    frame_count: int
+    core_id: int
+    run_time_ms: float
+    total_latency_ms: float
+    average_latency_ms: float
+    fps: float
+    p50_ms: float
+    p90_ms: float
+    p99_ms: float
+    profiler_log: str = ""
+    profiler_csv: str = ""
+
+    def console(self) -> str:
+        """The console block the real hrt_model_exec prints, plus percentiles."""
+        return (
+            "Running condition:\n"
+            f"  Thread number is: {self.thread_num}\n"
+            f"  Frame count   is: {self.frame_count}\n"
+            f"  Program run time: {self.run_time_ms:.6f} ms\n"
+            "Perf result:\n"
+            f"  Frame totally latency is: {self.total_latency_ms:.6f} ms\n"
+            f"  Average    latency    is: {self.average_latency_ms:.6f} ms\n"
+            f"  Frame      rate       is: {self.fps:.6f} FPS\n"
+            f"  Latency    p50/p90/p99 is: {self.p50_ms:.6f} / {self.p90_ms:.6f} / {self.p99_ms:.6f} ms"
+        )
+
+
+ProgressFn = Callable[[int, int, float], None]
+
+
+def run_perf(
+    model: LoadedModel,
+    inputs: List[np.ndarray],
+    config: PerfConfig,
+    progress: Optional[ProgressFn] = None,
+    cancelled: Optional[Callable[[], bool]] = None,
+    progress_interval_s: float = 0.25,
+) -> PerfReport:
+    """Run a perf job and return its report. Raises Cancelled when asked to stop."""
+    config.validate()
+    time_bound = config.perf_time_minutes > 0
+    total = 0 if time_bound else config.frame_count
+    deadline_ns = time.perf_counter_ns() + int(config.perf_time_minutes * 60e9) if time_bound else 0
+    profiler = Profiler() if config.profile else None
+    lock = threading.Lock()
+    latencies: List[float] = []
+    state = {"next": 0, "error": None, "stop": False}
+
+    def claim() -> bool:
+        with lock:
+            if state["stop"] or state["error"] is not None:
+                return False
+            if time_bound:
+                if time.perf_counter_ns() >= deadline_ns:
+                    return False
+            elif state["next"] >= total:
+                return False
+            state["next"] += 1
+            return True
+
+    def worker() -> None:
+        try:
+            while claim():
+                submitted = time.perf_counter_ns()
+                times = FrameTimes() if profiler else None
+                model.run(inputs, times=times, submitted_ns=submitted)
+                latency = (time.perf_counter_ns() - submitted) / 1e6
+                with lock:
+                    latencies.append(latency)
+                if profiler:
+                    profiler.add_frame(times)
+        except BaseException as exc:  # handed to the caller's thread below
+            with lock:
+                if state["error"] is None:
+                    state["error"] = exc
+
+    threads = [threading.Thread(target=worker, name=f"perf-{i}", daemon=True) for i in range(config.thread_num)]
+    start = time.perf_counter_ns()
+    for t in threads:
+        t.start()
+    while any(t.is_alive() for t in threads):
+        threads[0].join(progress_interval_s) if threads[0].is_alive() else time.sleep(0.01)
+        if cancelled is not None and cancelled():
+            with lock:
+                state["stop"] = True
+        if progress is not None:
+            with lock:
+                done = len(latencies)
+            progress(done, total, (time.perf_counter_ns() - start) / 1e9)
+    run_time_ms = (time.perf_counter_ns() - start) / 1e6
+    if state["error"] is not None:
+        err = state["error"]
+        if isinstance(err, BpuEmuError):
+            raise err
+        raise err
+    if state["stop"]:
+        raise Cancelled(f"perf on '{model.name}' cancelled after {len(latencies)} frames")
+    lat = np.asarray(latencies, dtype=np.float64)
+    n = len(lat)
+    total_latency = float(lat.sum())
+    p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99)) if n else (0.0, 0.0, 0.0)
+    report = PerfReport(
+        model_name=model.name,
+        thread_num=config.thread_num,
+        frame_count=n,
+        core_id=config.core_id,
+        run_time_ms=run_time_ms,
+        total_latency_ms=total_latency,
+        average_latency_ms=total_latency / n if n else 0.0,
+        fps=n / (run_time_ms / 1e3) if run_time_ms > 0 else 0.0,
+        p50_ms=p50,
+        p90_ms=p90,
+        p99_ms=p99,
+    )
+    if profiler:
+        report.profiler_log = profiler.profiler_log(
+            {"FPS": report.fps, "average_latency": report.average_latency_ms},
+            {
+                "core_id": config.core_id,
+                "frame_count": n,
+                "model_name": model.name,
+                "run_time": run_time_ms,
+                "thread_num": config.thread_num,
+            },
+        )
+        report.profiler_csv = profiler.profiler_csv()
+    return report

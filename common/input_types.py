@@ -1,0 +1,161 @@
+"""input_type_rt conversions: what the application feeds -> what the model reads.
+
+The board runtime receives input in input_type_rt form (nv12 bytes; yuv444,
+rgb, bgr, gray as uint8 in input_layout_rt; featuremap as float32) and the
+hardware turns it into the model's intermediate type (ptq_guide, "Interpretation
+internal process"):
+
+    input_type_rt   nv12        yuv444      rgb      bgr      gray      featuremap
+    intermediate    yuv444_128  yuv444_128  RGB_128  BGR_128  GRAY_128  featuremap
+
+where X_128 is the uint8 data minus 128, as int8, in the layout of the
+quantized model (quanti.onnx). One converter per input_type_rt, in a registry.
+"""
+from typing import Callable, Dict
+
+import numpy as np
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.common.proto import model_pb2
+
+INPUT_TYPES_RT = ("nv12", "yuv444", "rgb", "bgr", "gray", "featuremap")
+INTERMEDIATE_TYPE = {
+    "nv12": "yuv444_128",
+    "yuv444": "yuv444_128",
+    "rgb": "RGB_128",
+    "bgr": "BGR_128",
+    "gray": "GRAY_128",
+    "featuremap": "featuremap",
+}
+
+_TO_NCHW = (0, 3, 1, 2)
+_TO_NHWC = (0, 2, 3, 1)
+
+
+def minus_128(data: np.ndarray) -> np.ndarray:
+    """uint8 -> int8 as x - 128 (the same bits with the top bit flipped)."""
+    return (data ^ np.uint8(0x80)).view(np.int8)
+
+
+def relayout(x: np.ndarray, src: str, dst: str) -> np.ndarray:
+    """Transpose a 4-D tensor between NHWC and NCHW (no-op when equal)."""
+    if src == dst or not src or not dst:
+        return x
+    return np.ascontiguousarray(x.transpose(_TO_NCHW if dst == "NCHW" else _TO_NHWC))
+
+
+def model_hw(spec: model_pb2.InputSpec) -> tuple:
+    """(N, H, W, C) of the quantized-model input."""
+    n, a, b, c = spec.model_shape
+    return (n, b, c, a) if spec.model_layout == "NCHW" else (n, a, b, c)
+
+
+def rt_shape(spec: model_pb2.InputSpec) -> tuple:
+    """The validShape of the input in input_type_rt form."""
+    n, h, w, c = model_hw(spec)
+    if spec.input_type_rt == "featuremap":
+        return tuple(spec.model_shape)
+    if spec.input_type_rt == "nv12":
+        return (n, 3, h, w)  # what hrt_model_exec model_info shows for nv12
+    c = 1 if spec.input_type_rt == "gray" else 3
+    return (n, h, w, c) if spec.input_layout_rt == "NHWC" else (n, c, h, w)
+
+
+def rt_byte_size(spec: model_pb2.InputSpec) -> int:
+    n, h, w, _ = model_hw(spec)
+    if spec.input_type_rt == "nv12":
+        return n * h * w * 3 // 2
+    if spec.input_type_rt == "featuremap":
+        return int(np.prod(spec.model_shape)) * 4
+    return int(np.prod(rt_shape(spec)))
+
+
+def _check(data: np.ndarray, spec: model_pb2.InputSpec, dtype: str) -> np.ndarray:
+    data = np.asarray(data)
+    want = np.dtype(dtype)
+    if data.dtype != want:
+        raise InvalidInput(
+            f"input '{spec.name}' ({spec.input_type_rt}) must be {want.name}, got {data.dtype.name}",
+            hint=f"expected validShape {list(rt_shape(spec))}, {rt_byte_size(spec)} bytes",
+        )
+    size = rt_byte_size(spec) // want.itemsize
+    if data.size != size:
+        raise InvalidInput(
+            f"input '{spec.name}' ({spec.input_type_rt}) needs {rt_byte_size(spec)} bytes "
+            f"(validShape {list(rt_shape(spec))}), got {data.nbytes} (shape {list(data.shape)})"
+        )
+    if data.ndim > 1 and spec.input_type_rt != "nv12" and tuple(data.shape) != rt_shape(spec):
+        raise InvalidInput(
+            f"input '{spec.name}' has shape {list(data.shape)}, expected validShape "
+            f"{list(rt_shape(spec))} ({spec.input_layout_rt or 'nv12'})"
+        )
+    return data
+
+
+def _image(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
+    data = _check(data, spec, "uint8").reshape(rt_shape(spec))
+    return relayout(minus_128(data), spec.input_layout_rt, spec.model_layout)
+
+
+def _nv12(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
+    data = _check(data, spec, "uint8").reshape(-1)
+    n, h, w, _ = model_hw(spec)
+    frame = h * w * 3 // 2
+    out = np.empty((n, h, w, 3), dtype=np.uint8)
+    for i in range(n):
+        f = data[i * frame : (i + 1) * frame]
+        out[i, :, :, 0] = f[: h * w].reshape(h, w)
+        uv = f[h * w :].reshape(h // 2, w // 2, 2)
+        # Chroma upsampling by 2x2 replication, as the image pipeline does.
+        out[i, :, :, 1:] = uv.repeat(2, axis=0).repeat(2, axis=1)
+    return relayout(minus_128(out), "NHWC", spec.model_layout)
+
+
+def _featuremap(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
+    data = _check(data, spec, spec.model_dtype or "float32")
+    return np.ascontiguousarray(data.reshape(tuple(spec.model_shape)))
+
+
+#: input_type_rt -> converter(data, spec) -> quantized-model input
+CONVERTERS: Dict[str, Callable[[np.ndarray, model_pb2.InputSpec], np.ndarray]] = {
+    "nv12": _nv12,
+    "yuv444": _image,
+    "rgb": _image,
+    "bgr": _image,
+    "gray": _image,
+    "featuremap": _featuremap,
+}
+
+
+def to_model_input(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
+    """Convert one input from input_type_rt form to the quantized model's input."""
+    try:
+        convert = CONVERTERS[spec.input_type_rt]
+    except KeyError:
+        raise InvalidInput(f"input '{spec.name}': unknown input_type_rt '{spec.input_type_rt}'") from None
+    return convert(data, spec)
+
+
+# --- the inverse direction, for making inputs -----------------------------
+
+def rgb_to_nv12(rgb: np.ndarray) -> np.ndarray:
+    """An HxWx3 uint8 RGB image -> nv12 bytes (BT.601 full range, 2x2 chroma mean)."""
+    rgb = rgb.astype(np.float32)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    y = 0.299 * r + 0.587 * g + 0.114 * b
+    u = -0.168736 * r - 0.331264 * g + 0.5 * b + 128
+    v = 0.5 * r - 0.418688 * g - 0.081312 * b + 128
+    h, w = y.shape
+    pool = lambda c: c.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))  # noqa: E731
+    uv = np.stack([pool(u), pool(v)], axis=-1)
+    clip = lambda a: np.clip(np.rint(a), 0, 255).astype(np.uint8)  # noqa: E731
+    return np.concatenate([clip(y).reshape(-1), clip(uv).reshape(-1)])
+
+
+def random_rt_input(spec: model_pb2.InputSpec, rng: np.random.Generator) -> np.ndarray:
+    """A random input in input_type_rt form (what perf feeds when given none)."""
+    if spec.input_type_rt == "featuremap":
+        return rng.standard_normal(tuple(spec.model_shape)).astype(spec.model_dtype or "float32")
+    if spec.input_type_rt == "nv12":
+        return rng.integers(0, 256, rt_byte_size(spec), dtype=np.uint8)
+    return rng.integers(0, 256, rt_shape(spec), dtype=np.uint8)

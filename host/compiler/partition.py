@@ -1,0 +1,350 @@
+"""Compile a QDQ quantized ONNX model into a `.bin` execution plan.
+
+The quantized model (``*_quantized_model.onnx``) is cut at quantized tensors
+(DESIGN.md, "Numerical contract"):
+
+* a compute node runs on the BPU when the op table lists it and it lives
+  entirely in the integer domain: every activation input comes from a
+  DequantizeLinear and every output goes only to QuantizeLinear nodes;
+  anything else runs on the CPU;
+* consecutive BPU nodes form one BPU subgraph; each CPU node is its own
+  piece. Every piece carries copies of the DequantizeLinear nodes that feed it
+  and the QuantizeLinear nodes that follow it, so pieces exchange int8
+  tensors exactly as the whole model does;
+* a QuantizeLinear on a float model input becomes ``<node>_HzQuantize``; a
+  DequantizeLinear producing a model output becomes ``<node>_HzDequantize``
+  (what hb_model_modifier can remove);
+* layout-convert steps mark where tensors cross between the BPU and the CPU.
+
+Each piece is stored as an ONNX model blob and run by the board runtime with
+the same session options as any whole-model reference, which keeps the two
+bit-exact.
+"""
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Set, Tuple
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.common.proto import model_pb2
+from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_INPUT_TYPE, TT, make_properties
+from bpuemu.common.input_types import rt_byte_size, rt_shape
+from bpuemu.host.optable import BPU_OPS
+
+Kind = model_pb2.PlanStep
+Q, DQ = "QuantizeLinear", "DequantizeLinear"
+
+
+@dataclass
+class Piece:
+    kind: int
+    name: str
+    nodes: List[onnx.NodeProto] = field(default_factory=list)
+    inputs: List[str] = field(default_factory=list)
+    outputs: List[str] = field(default_factory=list)
+
+
+@dataclass
+class CompiledModel:
+    """What the compile step hands the container writer."""
+
+    model: model_pb2.Model
+    blobs: Dict[str, bytes]
+    pieces: List[Piece]
+
+    def device_of(self) -> Dict[str, str]:
+        """Source node name -> "BPU" / "CPU" (for the checker-style table)."""
+        out = {}
+        for step in self.model.plan:
+            for n in step.source_nodes:
+                out[n] = "BPU" if step.kind == Kind.BPU_SUBGRAPH else "CPU"
+        return out
+
+
+def featuremap_specs(model: onnx.ModelProto) -> List[model_pb2.InputSpec]:
+    """InputSpecs for a model whose inputs are all featuremaps (float tensors)."""
+    inits = {i.name for i in model.graph.initializer}
+    specs = []
+    for vi in model.graph.input:
+        if vi.name in inits:
+            continue
+        t = vi.type.tensor_type
+        shape = [d.dim_value for d in t.shape.dim]
+        if any(d <= 0 for d in shape):
+            raise InvalidInput(f"input '{vi.name}' has a dynamic shape {shape}; give it a fixed shape")
+        dtype = helper.tensor_dtype_to_np_dtype(t.elem_type)
+        specs.append(
+            model_pb2.InputSpec(
+                name=vi.name,
+                input_type_rt="featuremap",
+                model_layout="NCHW" if len(shape) == 4 else "",
+                model_dtype=np.dtype(dtype).name,
+                model_shape=shape,
+                plan_tensor=vi.name,
+            )
+        )
+    return specs
+
+
+def _safe(name: str) -> str:
+    return "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
+
+
+class _Graph:
+    """Producer/consumer maps of the quantized graph."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        g = model.graph
+        self.nodes = list(g.node)
+        for i, n in enumerate(self.nodes):
+            if not n.name:
+                n.name = f"{n.op_type}_{i}"
+        self.index = {n.name: i for i, n in enumerate(self.nodes)}
+        self.inits = {t.name: t for t in g.initializer}
+        self.graph_inputs = [i.name for i in g.input if i.name not in self.inits]
+        self.graph_outputs = [o.name for o in g.output]
+        self.producer: Dict[str, onnx.NodeProto] = {}
+        self.consumers: Dict[str, List[onnx.NodeProto]] = {}
+        for n in self.nodes:
+            for o in n.output:
+                if o:
+                    self.producer[o] = n
+            for i in n.input:
+                if i:
+                    self.consumers.setdefault(i, []).append(n)
+        inferred = onnx.shape_inference.infer_shapes(model)
+        self.value_info = {vi.name: vi for vi in list(inferred.graph.value_info) + list(g.input) + list(g.output)}
+
+    def const(self, name: str) -> np.ndarray:
+        return numpy_helper.to_array(self.inits[name])
+
+    def is_dq_fed(self, tensor: str) -> bool:
+        p = self.producer.get(tensor)
+        return tensor in self.inits or (p is not None and p.op_type == DQ)
+
+
+def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str]) -> str:
+    if node.name in force_cpu or node.op_type not in BPU_OPS:
+        return "CPU"
+    if not all(g.is_dq_fed(i) for i in node.input if i):
+        return "CPU"
+    for o in node.output:
+        if o in g.graph_outputs:
+            return "CPU"
+        if any(c.op_type != Q for c in g.consumers.get(o, [])):
+            return "CPU"
+    return "BPU"
+
+
+def _partition(g: _Graph, model_name: str, force_cpu: Set[str]) -> Tuple[List[Piece], Dict[str, onnx.NodeProto], List[onnx.NodeProto]]:
+    """Group the graph's nodes into pieces in execution order.
+
+    Returns the pieces (BPU subgraphs, CPU ops, input quantizes), the output
+    DequantizeLinear nodes by output name, and nothing else is left over.
+    """
+    pieces: List[Piece] = []
+    piece_of: Dict[str, Piece] = {}
+    current: Optional[Piece] = None
+    output_dq: Dict[str, onnx.NodeProto] = {}
+    n_sub = 0
+    for node in g.nodes:
+        if node.op_type == DQ:
+            if node.output[0] in g.graph_outputs and node.input[0] not in g.inits:
+                output_dq[node.output[0]] = node
+            continue  # copied into consuming pieces below
+        if node.op_type == Q:
+            src = node.input[0]
+            if src in g.graph_inputs:
+                pieces.append(Piece(Kind.QUANTIZE, f"{node.name}_HzQuantize", [node]))
+                piece_of[node.name] = pieces[-1]
+                continue
+            prod = g.producer.get(src)
+            if prod is not None and prod.name in piece_of:
+                piece_of[prod.name].nodes.append(node)
+                piece_of[node.name] = piece_of[prod.name]
+                continue
+        device = "CPU" if node.op_type == Q else _device(g, node, force_cpu)
+        if device == "BPU":
+            if current is None:
+                current = Piece(Kind.BPU_SUBGRAPH, f"BPU_{model_name}_subgraph_{n_sub}")
+                n_sub += 1
+                pieces.append(current)
+            current.nodes.append(node)
+            piece_of[node.name] = current
+        else:
+            current = None
+            pieces.append(Piece(Kind.CPU_OP, node.name, [node]))
+            piece_of[node.name] = pieces[-1]
+    return pieces, output_dq
+
+
+def _with_feeding_dq(g: _Graph, piece: Piece) -> List[onnx.NodeProto]:
+    """The piece's nodes plus copies of the DequantizeLinear nodes feeding them, in graph order."""
+    names = {n.name for n in piece.nodes}
+    extra = {}
+    for n in piece.nodes:
+        for i in n.input:
+            p = g.producer.get(i)
+            if p is not None and p.op_type == DQ and p.name not in names:
+                extra[p.name] = p
+    return sorted(list(piece.nodes) + list(extra.values()), key=lambda n: g.index[n.name])
+
+
+def _piece_io(g: _Graph, nodes: List[onnx.NodeProto]) -> Tuple[List[str], List[str]]:
+    produced, inputs = set(), []
+    for n in nodes:
+        for i in n.input:
+            if i and i not in produced and i not in g.inits and i not in inputs:
+                inputs.append(i)
+        produced.update(o for o in n.output if o)
+    return inputs, [o for n in nodes for o in n.output if o]
+
+
+def _piece_model(g: _Graph, piece: Piece, nodes: List[onnx.NodeProto]) -> bytes:
+    used = {i for n in nodes for i in n.input}
+    inits = [g.inits[name] for name in sorted(used & g.inits.keys())]
+
+    def vi(name):
+        if name in g.value_info:
+            return g.value_info[name]
+        raise InvalidInput(f"cannot compile '{piece.name}': type of tensor '{name}' is unknown (shape inference failed)")
+
+    graph = helper.make_graph(
+        nodes, _safe(piece.name), [vi(i) for i in piece.inputs], [vi(o) for o in piece.outputs], initializer=inits
+    )
+    m = helper.make_model(graph, opset_imports=list(g.model.opset_import), producer_name="bpuemu")
+    m.ir_version = g.model.ir_version
+    return m.SerializeToString()
+
+
+def _dequantize_step(g: _Graph, node: onnx.NodeProto) -> model_pb2.PlanStep:
+    scale = g.const(node.input[1]).reshape(-1)
+    zp = g.const(node.input[2]).reshape(-1) if len(node.input) > 2 and node.input[2] else np.zeros(1, np.int32)
+    axis = next((a.i for a in node.attribute if a.name == "axis"), 1)
+    return model_pb2.PlanStep(
+        kind=Kind.DEQUANTIZE,
+        name=f"{node.name}_HzDequantize",
+        inputs=[node.input[0]],
+        outputs=[node.output[0]],
+        scale=scale.astype(np.float32).tolist(),
+        zero_point=zp.astype(np.int64).tolist(),
+        axis=axis,
+        source_nodes=[node.name],
+    )
+
+
+def _np_dtype(g: _Graph, name: str) -> np.dtype:
+    t = g.value_info[name].type.tensor_type
+    return np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type))
+
+
+def _shape(g: _Graph, name: str) -> List[int]:
+    return [d.dim_value for d in g.value_info[name].type.tensor_type.shape.dim]
+
+
+def compile_model(
+    quantized: onnx.ModelProto,
+    model_name: str,
+    input_specs: Optional[Sequence[model_pb2.InputSpec]] = None,
+    *,
+    force_cpu: Sequence[str] = (),
+    build_info: Optional[model_pb2.BuildInfo] = None,
+    march: str = "bayes-e",
+) -> CompiledModel:
+    """Partition ``quantized`` and build the `.bin` Model entry and its blobs."""
+    g = _Graph(quantized)
+    specs = list(input_specs) if input_specs is not None else featuremap_specs(quantized)
+    spec_names = [s.plan_tensor for s in specs]
+    if sorted(spec_names) != sorted(g.graph_inputs):
+        raise InvalidInput(f"input specs {spec_names} do not match the model inputs {g.graph_inputs}")
+    pieces, output_dq = _partition(g, model_name, set(force_cpu))
+
+    plan: List[model_pb2.PlanStep] = []
+    blobs: Dict[str, bytes] = {}
+    for i, spec in enumerate(specs):
+        plan.append(
+            model_pb2.PlanStep(kind=Kind.PREPROCESS, name="Preprocess", inputs=[f"rt:{spec.name}"], outputs=[spec.plan_tensor], input_index=i)
+        )
+
+    # Which tensors each piece reads from outside, so we know what the others must export.
+    piece_nodes = [_with_feeding_dq(g, p) for p in pieces]
+    for p, nodes in zip(pieces, piece_nodes):
+        p.inputs, _ = _piece_io(g, nodes)
+    read_elsewhere: Set[str] = set(g.graph_outputs) | {n.input[0] for n in output_dq.values()}
+    for p in pieces:
+        read_elsewhere.update(p.inputs)
+    made_by: Dict[str, Piece] = {}
+    for p, nodes in zip(pieces, piece_nodes):
+        own = {o for n in p.nodes for o in n.output if o}
+        p.outputs = [o for n in nodes for o in n.output if o in own and o in read_elsewhere and o not in output_dq]
+        for o in p.outputs:
+            made_by[o] = p
+
+    for idx, (p, nodes) in enumerate(zip(pieces, piece_nodes)):
+        blob = f"{idx:03d}_{_safe(p.name)}"
+        blobs[blob] = _piece_model(g, p, nodes)
+        is_bpu = p.kind == Kind.BPU_SUBGRAPH
+        base = p.name[len("BPU_"):] if is_bpu else p.name
+        if is_bpu:
+            from_cpu = [i for i in p.inputs if i in made_by]
+            if from_cpu:
+                plan.append(model_pb2.PlanStep(kind=Kind.LAYOUT_CONVERT, name=f"{base}_input_layout_convert", inputs=from_cpu, outputs=from_cpu))
+        plan.append(
+            model_pb2.PlanStep(
+                kind=p.kind,
+                name=p.name,
+                inputs=p.inputs,
+                outputs=p.outputs,
+                blob=blob,
+                op_types=[n.op_type for n in p.nodes],
+                source_nodes=[n.name for n in p.nodes],
+            )
+        )
+        leaving = p.outputs
+        if is_bpu:
+            to_cpu = [
+                o for o in p.outputs
+                if o in g.graph_outputs
+                or any(n.input[0] == o for n in output_dq.values())
+                or any(o in q.inputs and q.kind != Kind.BPU_SUBGRAPH for q in pieces)
+            ]
+            if to_cpu:
+                plan.append(model_pb2.PlanStep(kind=Kind.LAYOUT_CONVERT, name=f"{base}_output_layout_convert", inputs=to_cpu, outputs=to_cpu))
+        for out, dq in output_dq.items():
+            if dq.input[0] in leaving:
+                plan.append(_dequantize_step(g, dq))
+
+    # Output DQs fed straight from a model input or a CPU-quantized input.
+    planned = {s.name for s in plan}
+    for out, dq in output_dq.items():
+        if f"{dq.name}_HzDequantize" not in planned:
+            plan.append(_dequantize_step(g, dq))
+
+    model = model_pb2.Model(name=model_name, march=march, output_tensors=g.graph_outputs)
+    model.input_specs.extend(specs)
+    for spec in specs:
+        tt = TENSOR_TYPE_OF_INPUT_TYPE[spec.input_type_rt]
+        if spec.input_type_rt == "featuremap":
+            tt = TENSOR_TYPE_OF_DTYPE[np.dtype(spec.model_dtype or "float32")]
+            layout = LAYOUT.HB_DNN_LAYOUT_NCHW if spec.model_layout == "NCHW" else (
+                LAYOUT.HB_DNN_LAYOUT_NHWC if spec.model_layout == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NONE)
+        elif spec.input_type_rt == "nv12":
+            layout = LAYOUT.HB_DNN_LAYOUT_NCHW
+        else:
+            layout = LAYOUT.HB_DNN_LAYOUT_NHWC if spec.input_layout_rt == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NCHW
+        source = model_pb2.HB_DNN_INPUT_FROM_PYRAMID if spec.input_type_rt == "nv12" else model_pb2.HB_DNN_INPUT_FROM_DDR
+        model.inputs.append(
+            make_properties(spec.name, rt_shape(spec), tt, layout, byte_size=rt_byte_size(spec), input_source=source)
+        )
+    for out in g.graph_outputs:
+        dtype = _np_dtype(g, out)
+        shape = _shape(g, out)
+        layout = LAYOUT.HB_DNN_LAYOUT_NCHW if len(shape) == 4 else LAYOUT.HB_DNN_LAYOUT_NONE
+        model.outputs.append(make_properties(out, shape, TENSOR_TYPE_OF_DTYPE[dtype], layout))
+    model.plan.extend(plan)
+    if build_info is not None:
+        model.build_info.CopyFrom(build_info)
+    return CompiledModel(model, blobs, pieces)
