@@ -140,16 +140,11 @@ def to_model_input(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
 
 def rgb_to_nv12(rgb: np.ndarray) -> np.ndarray:
     """An HxWx3 uint8 RGB image -> nv12 bytes (BT.601 full range, 2x2 chroma mean)."""
-    rgb = rgb.astype(np.float32)
-    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-    y = 0.299 * r + 0.587 * g + 0.114 * b
-    u = -0.168736 * r - 0.331264 * g + 0.5 * b + 128
-    v = 0.5 * r - 0.418688 * g - 0.081312 * b + 128
-    h, w = y.shape
-    pool = lambda c: c.reshape(h // 2, 2, w // 2, 2).mean(axis=(1, 3))  # noqa: E731
-    uv = np.stack([pool(u), pool(v)], axis=-1)
-    clip = lambda a: np.clip(np.rint(a), 0, 255).astype(np.uint8)  # noqa: E731
-    return np.concatenate([clip(y).reshape(-1), clip(uv).reshape(-1)])
+    yuv = rgb_to_yuv444(rgb).astype(np.float32)
+    h, w = yuv.shape[:2]
+    uv = yuv[..., 1:].reshape(h // 2, 2, w // 2, 2, 2).mean(axis=(1, 3))
+    y = yuv[..., 0].astype(np.uint8)
+    return np.concatenate([y.reshape(-1), np.clip(np.rint(uv), 0, 255).astype(np.uint8).reshape(-1)])
 
 
 def random_rt_input(spec: model_pb2.InputSpec, rng: np.random.Generator) -> np.ndarray:
@@ -159,3 +154,35 @@ def random_rt_input(spec: model_pb2.InputSpec, rng: np.random.Generator) -> np.n
     if spec.input_type_rt == "nv12":
         return rng.integers(0, 256, rt_byte_size(spec), dtype=np.uint8)
     return rng.integers(0, 256, rt_shape(spec), dtype=np.uint8)
+
+
+def rgb_to_yuv444(rgb: np.ndarray) -> np.ndarray:
+    """HxWx3 uint8 RGB -> HxWx3 uint8 YUV444 (BT.601 full range)."""
+    rgb = rgb.astype(np.float32)
+    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
+    y = 0.299 * r + 0.587 * g + 0.114 * b
+    u = -0.168736 * r - 0.331264 * g + 0.5 * b + 128
+    v = 0.5 * r - 0.418688 * g - 0.081312 * b + 128
+    return np.clip(np.rint(np.stack([y, u, v], axis=-1)), 0, 255).astype(np.uint8)
+
+
+def image_to_rt(rgb: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
+    """An HxWx3 uint8 RGB image (already at the model's H and W) -> input_type_rt form."""
+    n, h, w, _ = model_hw(spec)
+    if rgb.shape[:2] != (h, w):
+        raise InvalidInput(f"image is {rgb.shape[1]}x{rgb.shape[0]}, input '{spec.name}' needs {w}x{h}")
+    t = spec.input_type_rt
+    if t == "nv12":
+        return np.tile(rgb_to_nv12(rgb), n)
+    if t == "rgb":
+        hwc = rgb
+    elif t == "bgr":
+        hwc = rgb[..., ::-1]
+    elif t == "yuv444":
+        hwc = rgb_to_yuv444(rgb)
+    elif t == "gray":
+        hwc = rgb_to_yuv444(rgb)[..., :1]
+    else:
+        raise InvalidInput(f"input '{spec.name}' is a {t}; give it a .bin/.npy file, not an image")
+    nhwc = np.ascontiguousarray(np.broadcast_to(hwc, (n,) + hwc.shape))
+    return relayout(nhwc, "NHWC", spec.input_layout_rt or "NHWC")

@@ -1,0 +1,203 @@
+"""The gRPC client of a board daemon (hrt_boardd).
+
+    with BoardClient("127.0.0.1:9473") as board:
+        print(board.info.arch)
+        sha = board.ensure_model("model.bin")          # uploads only if missing
+        outputs = board.infer(sha, "", [x]).outputs
+
+One channel per board; every call has a deadline; every failure becomes a
+BpuEmuError through one translator (``_translate``) whose message names the
+board.
+"""
+import os
+import platform
+from dataclasses import dataclass, field
+from typing import Callable, Dict, Iterator, List, Optional, Sequence
+
+import grpc
+import numpy as np
+
+from bpuemu.common.container import file_sha256
+from bpuemu.common.errors import (
+    BY_GRPC_STATUS,
+    BoardUnavailable,
+    BpuEmuError,
+    DeadlineExceeded,
+    IncompatibleVersion,
+    InternalError,
+    NotFound,
+)
+from bpuemu.common.proto import board_pb2, board_pb2_grpc, model_pb2
+from bpuemu.common.tensor import from_wire, to_wire
+from bpuemu.common.version import API_VERSION, __version__
+from bpuemu.common.wire import CHANNEL_OPTIONS, TOKEN_METADATA_KEY, UPLOAD_CHUNK_BYTES, join_target, split_target
+from bpuemu.board.convert import onnxruntime_version, perf_report_from_proto
+from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+
+
+@dataclass
+class Deadlines:
+    """Seconds each kind of call may take. Perf adds its own run time."""
+
+    connect: float = 10.0
+    call: float = 30.0
+    infer: float = 120.0
+    upload_base: float = 30.0
+    upload_bytes_per_s: float = 20e6
+    perf_margin: float = 120.0
+    perf_frame_budget_s: float = 1.0  # per frame per thread, for frame-bound perf
+
+
+@dataclass
+class InferResult:
+    outputs: Dict[str, np.ndarray]
+    intermediates: Dict[str, np.ndarray] = field(default_factory=dict)
+    latency_ms: List[float] = field(default_factory=list)
+
+
+def _translate(err: grpc.RpcError, target: str, what: str) -> BpuEmuError:
+    code = err.code() if hasattr(err, "code") else None
+    details = (err.details() if hasattr(err, "details") else "") or ""
+    name = code.name if code is not None else "UNKNOWN"
+    if name == "UNAVAILABLE":
+        return BoardUnavailable(f"board {target} is unreachable during {what}: {details.splitlines()[0] if details else 'no answer'}",
+                                hint=f"is hrt_boardd running there? start it with: hrt_boardd --listen {target}")
+    if name == "DEADLINE_EXCEEDED":
+        return DeadlineExceeded(f"board {target} did not answer {what} before its deadline",
+                                hint="the board may be overloaded or the job too long; raise --timeout")
+    if name == "CANCELLED" and not details:
+        return BY_GRPC_STATUS["CANCELLED"](f"{what} on {target} was cancelled")
+    cls = BY_GRPC_STATUS.get(name, InternalError)
+    message, _, hint = details.partition("\nHint: ")
+    return cls(f"board {target}: {message}", hint=hint)
+
+
+class BoardClient:
+    def __init__(self, target: str, token: Optional[str] = None, deadlines: Deadlines = Deadlines(),
+                 client_name: str = "bpuemu"):
+        try:
+            host, port = split_target(target)
+        except ValueError as exc:
+            raise NotFound(f"bad board address '{target}': {exc}", hint="use HOST:PORT, e.g. 127.0.0.1:9473") from None
+        self.target = join_target(host, port)
+        self.deadlines = deadlines
+        self._metadata = ((TOKEN_METADATA_KEY, f"Bearer {token}"),) if token else ()
+        self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        self._stub = board_pb2_grpc.BoardStub(self._channel)
+        self.client_name = client_name
+        self._info: Optional[board_pb2.BoardInfo] = None
+
+    # -- plumbing ----------------------------------------------------------
+    def _call(self, what: str, method, request, timeout: float):
+        try:
+            return method(request, timeout=timeout, metadata=self._metadata)
+        except grpc.RpcError as err:
+            raise _translate(err, self.target, what) from None
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> "BoardClient":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- the API -----------------------------------------------------------
+    @property
+    def info(self) -> board_pb2.BoardInfo:
+        """The board's facts, from the version handshake (done once per client)."""
+        if self._info is None:
+            self._info = self.handshake()
+        return self._info
+
+    def handshake(self) -> board_pb2.BoardInfo:
+        req = board_pb2.HandshakeRequest(api_version=API_VERSION, client_version=__version__, client_name=self.client_name,
+                                         client_arch=platform.machine(), client_onnxruntime_version=onnxruntime_version())
+        reply = self._call("handshake", self._stub.Handshake, req, self.deadlines.connect)
+        if reply.board.api_version != API_VERSION:
+            raise IncompatibleVersion(
+                f"board {self.target} runs bpuemu {reply.board.daemon_version} (board API v{reply.board.api_version}); "
+                f"this host runs bpuemu {__version__} (API v{API_VERSION})",
+                hint="install the same bpuemu major version on host and board",
+            )
+        return reply.board
+
+    def has_model(self, sha: str) -> board_pb2.HasModelReply:
+        self.info
+        return self._call("HasModel", self._stub.HasModel, board_pb2.ModelRef(sha256=sha), self.deadlines.call)
+
+    def upload(self, path: str, sha: Optional[str] = None) -> board_pb2.UploadReply:
+        sha = sha or file_sha256(path)
+        size = os.path.getsize(path)
+
+        def chunks() -> Iterator[board_pb2.UploadChunk]:
+            yield board_pb2.UploadChunk(header=board_pb2.UploadHeader(sha256=sha, size=size, file_name=os.path.basename(path)))
+            with open(path, "rb") as f:
+                for block in iter(lambda: f.read(UPLOAD_CHUNK_BYTES), b""):
+                    yield board_pb2.UploadChunk(data=block)
+
+        timeout = self.deadlines.upload_base + size / self.deadlines.upload_bytes_per_s
+        return self._call(f"upload of {os.path.basename(path)}", self._stub.UploadModel, chunks(), timeout)
+
+    def ensure_model(self, path: str) -> str:
+        """Make sure the board stores the model file; returns its id (SHA-256)."""
+        if not os.path.isfile(path):
+            raise NotFound(f"model file not found: {path}")
+        sha = file_sha256(path)
+        if not self.has_model(sha).present:
+            self.upload(path, sha)
+        return sha
+
+    def load(self, sha: str) -> List[str]:
+        return list(self._call("LoadModel", self._stub.LoadModel, board_pb2.ModelRef(sha256=sha), self.deadlines.infer).model_names)
+
+    def unload(self, sha: str) -> bool:
+        return self._call("UnloadModel", self._stub.UnloadModel, board_pb2.ModelRef(sha256=sha), self.deadlines.call).was_loaded
+
+    def list_models(self) -> List[board_pb2.StoredModel]:
+        return list(self._call("ListModels", self._stub.ListModels, board_pb2.ListModelsRequest(), self.deadlines.call).models)
+
+    def model_info(self, sha: str, model_name: str = "") -> model_pb2.Model:
+        req = board_pb2.ModelInfoRequest(sha256=sha, model_name=model_name)
+        return self._call("GetModelInfo", self._stub.GetModelInfo, req, self.deadlines.infer).model
+
+    def infer(self, sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
+              dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> InferResult:
+        names = list(input_names) or [f"input_{i}" for i in range(len(inputs))]
+        req = board_pb2.InferRequest(sha256=sha, model_name=model_name, dump_intermediate=dump_intermediate,
+                                     frame_count=frame_count, core_id=core_id)
+        req.inputs.extend(to_wire(n, a) for n, a in zip(names, inputs))
+        timeout = self.deadlines.infer * max(1, frame_count)
+        reply = self._call("infer", self._stub.Infer, req, timeout)
+        return InferResult(
+            outputs={t.name: from_wire(t) for t in reply.outputs},
+            intermediates={t.name: from_wire(t) for t in reply.intermediates},
+            latency_ms=list(reply.latency_ms),
+        )
+
+    def perf(self, sha: str, model_name: str, config: PerfConfig, inputs: Sequence[np.ndarray] = (),
+             progress: Optional[Callable[[int, int, float], None]] = None, timeout: Optional[float] = None) -> PerfReport:
+        """Run a perf job on the board; ``progress`` gets (done, total, elapsed_s) as it streams."""
+        req = board_pb2.PerfRequest(sha256=sha, model_name=model_name, frame_count=config.frame_count,
+                                    perf_time_minutes=config.perf_time_minutes, thread_num=config.thread_num,
+                                    core_id=config.core_id, profile=config.profile)
+        req.inputs.extend(to_wire(f"input_{i}", a) for i, a in enumerate(inputs))
+        if timeout is None:
+            if config.perf_time_minutes > 0:
+                timeout = config.perf_time_minutes * 60 + self.deadlines.perf_margin
+            else:
+                timeout = self.deadlines.perf_margin + config.frame_count * self.deadlines.perf_frame_budget_s / config.thread_num
+        try:
+            stream = self._stub.Perf(req, timeout=timeout, metadata=self._metadata)
+            for event in stream:
+                if event.WhichOneof("event") == "progress":
+                    if progress is not None:
+                        p = event.progress
+                        progress(p.frames_done, p.frames_total, p.elapsed_s)
+                else:
+                    return perf_report_from_proto(event.result)
+        except grpc.RpcError as err:
+            raise _translate(err, self.target, "perf") from None
+        raise BoardUnavailable(f"board {self.target} ended the perf stream without a result",
+                               hint="the daemon may have been restarted; check its log")

@@ -1,0 +1,3 @@
+from bpuemu.board.daemon.cli import main
+
+main()

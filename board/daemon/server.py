@@ -1,0 +1,106 @@
+"""Build, start and stop an hrt_boardd gRPC server.
+
+    server = BoardServer("127.0.0.1:0", model_dir)   # port 0: pick a free one
+    server.start(); print(server.port)
+    ...
+    server.stop(grace=5)
+
+Also serves grpc.health.v1 (service "" and "bpuemu.board.v1.Board") and
+server reflection. Listening beyond loopback requires a token.
+"""
+import ipaddress
+import logging
+import socket
+from concurrent import futures
+from typing import Optional
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from bpuemu.common.errors import InvalidInput, PermissionDenied
+from bpuemu.common.proto import board_pb2, board_pb2_grpc
+from bpuemu.common.wire import CHANNEL_OPTIONS, join_target, split_target
+from bpuemu.board.daemon.interceptor import ErrorInterceptor, TokenInterceptor
+from bpuemu.board.daemon.service import BoardService
+from bpuemu.board.daemon.state import BoardState, Limits
+
+log = logging.getLogger("bpuemu.board.daemon")
+SERVICE_NAME = board_pb2.DESCRIPTOR.services_by_name["Board"].full_name
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+class BoardServer:
+    def __init__(
+        self,
+        listen: str,
+        model_dir: str,
+        limits: Limits = Limits(),
+        token: Optional[str] = None,
+        max_workers: int = 16,
+        intra_op_threads: int = 1,
+    ):
+        try:
+            host, port = split_target(listen)
+        except ValueError as exc:
+            raise InvalidInput(f"--listen {listen}: {exc}") from None
+        if not is_loopback(host) and not token:
+            raise PermissionDenied(
+                f"refusing to listen on {host}, beyond loopback, without authentication",
+                hint="give --token-file FILE (clients pass the same file), or listen on 127.0.0.1",
+            )
+        self.state = BoardState(model_dir, limits, intra_op_threads)
+        interceptors = [TokenInterceptor(token)] if token else []
+        interceptors.append(ErrorInterceptor())
+        self._server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hrt_boardd"),
+            interceptors=interceptors,
+            options=CHANNEL_OPTIONS,
+        )
+        board_pb2_grpc.add_BoardServicer_to_server(BoardService(self.state), self._server)
+        self._health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
+        reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server)
+        self.host = host
+        try:
+            self.port = self._server.add_insecure_port(join_target(host, port))
+        except RuntimeError as exc:
+            raise InvalidInput(f"cannot listen on {join_target(host, port)}: {exc}",
+                               hint="is another hrt_boardd using that port? pick another with --listen") from None
+        if not self.port:
+            raise InvalidInput(f"cannot listen on {join_target(host, port)}", hint="is the port in use?")
+
+    @property
+    def target(self) -> str:
+        return join_target(self.host, self.port)
+
+    def start(self) -> "BoardServer":
+        self._server.start()
+        for name in ("", SERVICE_NAME):
+            self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info("hrt_boardd serving on %s, models in %s", self.target, self.state.store.root)
+        return self
+
+    def stop(self, grace: Optional[float] = 5.0) -> None:
+        self._health.enter_graceful_shutdown()
+        self._server.stop(grace).wait()
+
+    def wait(self) -> None:
+        self._server.wait_for_termination()
+
+    def __enter__(self):
+        return self.start()
+
+    def __exit__(self, *exc):
+        self.stop(grace=1.0)

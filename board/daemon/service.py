@@ -1,0 +1,133 @@
+"""The Board servicer: thin adapters from proto messages to BoardState.
+
+Method names are the proto's. No error handling here: BpuEmuErrors propagate
+to the ErrorInterceptor, which turns them into statuses.
+"""
+import logging
+import queue
+import threading
+import time
+
+import numpy as np
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.common.input_types import random_rt_input
+from bpuemu.common.proto import board_pb2, board_pb2_grpc
+from bpuemu.common.tensor import from_wire, to_wire
+from bpuemu.board.convert import local_board_info, perf_config_from_request, perf_report_to_proto
+from bpuemu.board.daemon.state import BoardState
+from bpuemu.board.runtime.perf import run_perf
+
+log = logging.getLogger("bpuemu.board.daemon")
+
+
+class BoardService(board_pb2_grpc.BoardServicer):
+    def __init__(self, state: BoardState):
+        self.state = state
+        self.info = local_board_info()
+
+    def Handshake(self, request, context):
+        self.state.check_client(request.api_version, request.client_version)
+        log.info("handshake from %s %s (%s, onnxruntime %s)", request.client_name, request.client_version,
+                 request.client_arch, request.client_onnxruntime_version)
+        return board_pb2.HandshakeReply(board=self.info)
+
+    def HasModel(self, request, context):
+        return board_pb2.HasModelReply(present=self.state.store.has(request.sha256), loaded=self.state.is_loaded(request.sha256))
+
+    def UploadModel(self, request_iterator, context):
+        first = next(request_iterator, None)
+        if first is None or first.WhichOneof("part") != "header":
+            raise InvalidInput("an upload must start with an UploadHeader message")
+        h = first.header
+        upload = self.state.store.begin_upload(h.sha256, h.size, h.file_name)
+        if upload is None:
+            return board_pb2.UploadReply(sha256=h.sha256, already_present=True)
+        committed = False
+        try:
+            for chunk in request_iterator:
+                if chunk.WhichOneof("part") != "data":
+                    raise InvalidInput("only data chunks may follow the upload header")
+                upload.write(chunk.data)
+            upload.commit()
+            committed = True
+        finally:
+            if not committed:
+                upload.abort()
+        log.info("stored model %s (%d bytes, %s)", h.sha256[:12], h.size, h.file_name)
+        return board_pb2.UploadReply(sha256=h.sha256, bytes_received=upload.received)
+
+    def LoadModel(self, request, context):
+        loaded = self.state.load(request.sha256)
+        return board_pb2.LoadModelReply(sha256=request.sha256, model_names=loaded.runtime.model_names)
+
+    def UnloadModel(self, request, context):
+        return board_pb2.UnloadModelReply(was_loaded=self.state.unload(request.sha256))
+
+    def ListModels(self, request, context):
+        reply = board_pb2.ListModelsReply()
+        for m in self.state.store.list():
+            reply.models.add(sha256=m.sha256, size=m.size, file_name=m.file_name,
+                             loaded=self.state.is_loaded(m.sha256), model_names=self.state.loaded_names(m.sha256))
+        return reply
+
+    def GetModelInfo(self, request, context):
+        model = self.state.load(request.sha256).binfile.model(request.model_name)
+        return board_pb2.ModelInfoReply(model=model)
+
+    def Infer(self, request, context):
+        model = self.state.load(request.sha256).runtime.model(request.model_name)
+        inputs = [from_wire(t) for t in request.inputs]
+        frames = max(1, request.frame_count)
+        if frames > self.state.limits.max_frame_count:
+            raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.state.limits.max_frame_count}")
+        reply = board_pb2.InferReply()
+        with self.state.job("infer"):
+            for i in range(frames):
+                t0 = time.perf_counter()
+                result = model.run(inputs, keep_intermediate=request.dump_intermediate and i == frames - 1)
+                reply.latency_ms.append((time.perf_counter() - t0) * 1e3)
+                if not context.is_active():
+                    return reply
+        outputs, inter = result if request.dump_intermediate else (result, {})
+        reply.outputs.extend(to_wire(n, a) for n, a in zip(model.output_names, outputs))
+        reply.intermediates.extend(to_wire(n, a) for n, a in inter.items())
+        return reply
+
+    def Perf(self, request, context):
+        model = self.state.load(request.sha256).runtime.model(request.model_name)
+        config = perf_config_from_request(request)
+        config.validate(self.state.limits.max_frame_count, self.state.limits.max_perf_time_minutes)
+        if request.inputs:
+            inputs = [from_wire(t) for t in request.inputs]
+        else:
+            rng = np.random.default_rng(0)
+            inputs = [random_rt_input(s, rng) for s in model.model.input_specs]
+        events: "queue.Queue" = queue.Queue()
+        outcome = {}
+
+        def progress(done, total, elapsed):
+            events.put(board_pb2.PerfEvent(progress=board_pb2.PerfProgress(frames_done=done, frames_total=total, elapsed_s=elapsed)))
+
+        def work():
+            try:
+                outcome["report"] = run_perf(model, inputs, config, progress=progress,
+                                             cancelled=lambda: not context.is_active())
+            except BaseException as exc:  # re-raised in the serving thread
+                outcome["error"] = exc
+            finally:
+                events.put(None)
+
+        with self.state.job("perf"):
+            worker = threading.Thread(target=work, name="perf-job", daemon=True)
+            worker.start()
+            while True:
+                event = events.get()
+                if event is None:
+                    break
+                yield event
+            worker.join()
+        if "error" in outcome:
+            raise outcome["error"]
+        log.info("perf %s: %d frames, %.1f FPS", model.name, outcome["report"].frame_count, outcome["report"].fps)
+        yield board_pb2.PerfEvent(result=perf_report_to_proto(outcome["report"]))

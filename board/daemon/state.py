@@ -1,0 +1,93 @@
+"""The board's library API behind the gRPC service: store, loaded models, jobs.
+
+Everything here is plain Python that raises BpuEmuErrors; the service module
+only adapts messages. Limits (upload size, concurrent jobs, perf caps) are
+enforced here so every entry point shares them.
+"""
+import logging
+import threading
+from contextlib import contextmanager
+from dataclasses import dataclass
+from typing import Dict, List
+
+from bpuemu.common.container import BinFile, decode_bin
+from bpuemu.common.errors import IncompatibleVersion, ResourceExhausted
+from bpuemu.common.version import API_VERSION, __version__
+from bpuemu.board.daemon.store import ModelStore, check_sha
+from bpuemu.board.runtime import Runtime
+
+log = logging.getLogger("bpuemu.board.daemon")
+
+
+@dataclass
+class Limits:
+    max_model_bytes: int = 1 << 30
+    max_jobs: int = 4               # infer + perf calls running at once
+    max_frame_count: int = 1_000_000
+    max_perf_time_minutes: float = 60.0
+
+
+class LoadedFile:
+    def __init__(self, binfile: BinFile, runtime: Runtime):
+        self.binfile = binfile
+        self.runtime = runtime
+
+
+class BoardState:
+    def __init__(self, model_dir: str, limits: Limits = Limits(), intra_op_threads: int = 1):
+        self.limits = limits
+        self.store = ModelStore(model_dir, limits.max_model_bytes)
+        self.intra_op_threads = intra_op_threads
+        self._loaded: Dict[str, LoadedFile] = {}
+        self._lock = threading.Lock()
+        self._jobs = threading.BoundedSemaphore(limits.max_jobs)
+
+    @staticmethod
+    def check_client(api_version: int, client_version: str) -> None:
+        if api_version != API_VERSION:
+            raise IncompatibleVersion(
+                f"client bpuemu {client_version or '?'} speaks board API v{api_version}, "
+                f"this daemon (bpuemu {__version__}) speaks v{API_VERSION}",
+                hint="install the same bpuemu major version on host and board",
+            )
+
+    def load(self, sha: str) -> LoadedFile:
+        check_sha(sha)
+        with self._lock:
+            loaded = self._loaded.get(sha)
+        if loaded is not None:
+            return loaded
+        binfile = decode_bin(self.store.read(sha), source=f"model {sha[:12]}")
+        runtime = Runtime(self.intra_op_threads)
+        runtime.load([binfile])
+        with self._lock:
+            loaded = self._loaded.setdefault(sha, LoadedFile(binfile, runtime))
+        log.info("loaded model %s (%s)", sha[:12], ", ".join(runtime.model_names))
+        return loaded
+
+    def unload(self, sha: str) -> bool:
+        check_sha(sha)
+        with self._lock:
+            return self._loaded.pop(sha, None) is not None
+
+    def is_loaded(self, sha: str) -> bool:
+        with self._lock:
+            return sha in self._loaded
+
+    def loaded_names(self, sha: str) -> List[str]:
+        with self._lock:
+            lf = self._loaded.get(sha)
+        return lf.runtime.model_names if lf else []
+
+    @contextmanager
+    def job(self, what: str):
+        """Hold one of the board's job slots, or fail at once when all are busy."""
+        if not self._jobs.acquire(blocking=False):
+            raise ResourceExhausted(
+                f"board is busy: {self.limits.max_jobs} jobs already running; {what} refused",
+                hint="retry later, or start hrt_boardd with a larger --max-jobs",
+            )
+        try:
+            yield
+        finally:
+            self._jobs.release()

@@ -1,0 +1,128 @@
+"""The board's model store: `.bin` files kept by the SHA-256 of their bytes.
+
+A model lives at ``<model_dir>/<sha256>.bin`` (plus ``<sha256>.json`` with the
+uploader's file name). Uploads go to a temporary file in the same directory
+and are renamed into place only when their size and SHA-256 match, so the
+store never holds a partial or corrupt model, whatever the client does.
+Names come only from validated hex digests, so no request can reach a path
+outside the store.
+"""
+import hashlib
+import json
+import os
+import re
+import tempfile
+import threading
+from dataclasses import dataclass
+from typing import List, Optional
+
+from bpuemu.common.container import decode_bin
+from bpuemu.common.errors import InvalidInput, InvalidModelFile, NotFound, ResourceExhausted
+
+_SHA_RE = re.compile(r"^[0-9a-f]{64}$")
+_TMP_PREFIX = ".upload-"
+
+
+def check_sha(sha: str) -> str:
+    if not isinstance(sha, str) or not _SHA_RE.match(sha):
+        raise InvalidInput(f"'{str(sha)[:80]}' is not a model id (64 lowercase hex digits of SHA-256)")
+    return sha
+
+
+@dataclass
+class StoredModel:
+    sha256: str
+    size: int
+    file_name: str
+
+
+class Upload:
+    """One upload in progress; ``commit`` publishes it, ``abort`` drops it."""
+
+    def __init__(self, store: "ModelStore", sha256: str, size: int, file_name: str):
+        self.store, self.sha256, self.size, self.file_name = store, sha256, size, file_name
+        fd, self.tmp_path = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=store.root)
+        self._file = os.fdopen(fd, "wb")
+        self._hash = hashlib.sha256()
+        self.received = 0
+
+    def write(self, data: bytes) -> None:
+        self.received += len(data)
+        if self.received > self.size:
+            raise InvalidInput(f"upload of {self.sha256[:12]} sent more than the announced {self.size} bytes")
+        self._hash.update(data)
+        self._file.write(data)
+
+    def commit(self) -> None:
+        self._file.close()
+        if self.received != self.size:
+            raise InvalidInput(f"upload of {self.sha256[:12]} ended after {self.received} of {self.size} bytes")
+        if self._hash.hexdigest() != self.sha256:
+            raise InvalidInput(
+                f"upload corrupt: content SHA-256 {self._hash.hexdigest()[:12]}... does not match the announced {self.sha256[:12]}..."
+            )
+        with open(self.tmp_path, "rb") as f:
+            decode_bin(f.read(), source=self.file_name or self.sha256[:12])  # refuse non-models before publishing
+        os.replace(self.tmp_path, self.store.path(self.sha256))
+        with open(self.store.meta_path(self.sha256), "w") as f:
+            json.dump({"file_name": os.path.basename(self.file_name)[:255]}, f)
+
+    def abort(self) -> None:
+        try:
+            self._file.close()
+        finally:
+            if os.path.exists(self.tmp_path):
+                os.unlink(self.tmp_path)
+
+
+class ModelStore:
+    def __init__(self, root: str, max_model_bytes: int = 1 << 30):
+        self.root = os.path.abspath(root)
+        self.max_model_bytes = max_model_bytes
+        os.makedirs(self.root, exist_ok=True)
+        self._lock = threading.Lock()
+        for name in os.listdir(self.root):  # uploads a crash left behind
+            if name.startswith(_TMP_PREFIX):
+                os.unlink(os.path.join(self.root, name))
+
+    def path(self, sha: str) -> str:
+        return os.path.join(self.root, check_sha(sha) + ".bin")
+
+    def meta_path(self, sha: str) -> str:
+        return os.path.join(self.root, check_sha(sha) + ".json")
+
+    def has(self, sha: str) -> bool:
+        return os.path.isfile(self.path(sha))
+
+    def read(self, sha: str) -> bytes:
+        try:
+            with open(self.path(sha), "rb") as f:
+                return f.read()
+        except FileNotFoundError:
+            raise NotFound(f"model {sha[:12]}... is not on this board", hint="upload it first (clients do this for you)") from None
+
+    def begin_upload(self, sha: str, size: int, file_name: str) -> Optional[Upload]:
+        """An Upload, or None when the board already has this model."""
+        check_sha(sha)
+        if size > self.max_model_bytes:
+            raise ResourceExhausted(f"model of {size} bytes is over this board's limit of {self.max_model_bytes} bytes")
+        if size <= 0:
+            raise InvalidModelFile(f"upload of {sha[:12]} announces {size} bytes")
+        if self.has(sha):
+            return None
+        return Upload(self, sha, size, file_name)
+
+    def list(self) -> List[StoredModel]:
+        out = []
+        for name in sorted(os.listdir(self.root)):
+            sha, ext = os.path.splitext(name)
+            if ext != ".bin" or not _SHA_RE.match(sha):
+                continue
+            file_name = ""
+            try:
+                with open(self.meta_path(sha)) as f:
+                    file_name = json.load(f).get("file_name", "")
+            except (OSError, ValueError):
+                pass
+            out.append(StoredModel(sha, os.path.getsize(os.path.join(self.root, name)), file_name))
+        return out

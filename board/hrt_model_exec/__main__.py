@@ -1,0 +1,3 @@
+from bpuemu.board.hrt_model_exec.cli import main
+
+main()

@@ -1,0 +1,179 @@
+"""hrt_model_exec: model_info, infer and perf, in-process or against a board.
+
+    hrt_model_exec model_info --model_file m.bin
+    hrt_model_exec infer --model_file m.bin --input_file img.jpg [--board HOST:PORT]
+    hrt_model_exec perf  --model_file m.bin --thread_num 2 --frame_count 200 --profile_path .
+
+Flags are the real tool's, spelled the same way (``--model_file=a.bin,b.bin``).
+Without --board the runtime runs in this process: on a board that is the
+board itself, on a host it is the x86 simulator.
+"""
+import os
+import sys
+
+import click
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.common.version import RUNTIME_VERSION, __version__
+from bpuemu.board.cliutil import BoolFlag, main_entry
+
+BOOL = BoolFlag()
+
+
+def _split(value: str):
+    return [v.strip() for v in (value or "").split(",") if v.strip()]
+
+
+def _token(token_file: str) -> str:
+    if token_file:
+        try:
+            with open(token_file) as f:
+                return f.read().strip()
+        except OSError as exc:
+            raise InvalidInput(f"cannot read token file {token_file}: {exc.strerror}") from None
+    return os.environ.get("BPUEMU_TOKEN", "")
+
+
+def model_options(f):
+    """Options every subcommand takes: which model, where it runs."""
+    opts = [
+        click.option("--model_file", required=True, help="Model file(s), comma separated."),
+        click.option("--model_name", default="", help="Model to use when the files hold several."),
+        click.option("--core_id", default=0, show_default=True, type=click.IntRange(0, 2), help="BPU core (0: any)."),
+        click.option("--board", default="", metavar="HOST:PORT", help="Run on the hrt_boardd at HOST:PORT instead of in-process."),
+        click.option("--token-file", "token_file", default="", help="Token for a board that requires one (or set BPUEMU_TOKEN)."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def input_options(f):
+    opts = [
+        click.option("--input_file", default="", help="One file per input, comma separated: .bin, .npy, .txt, .jpg/.jpeg/.png."),
+    ]
+    for opt in reversed(opts):
+        f = opt(f)
+    return f
+
+
+def _open(model_file, board, token_file):
+    from bpuemu.board.backends import open_backend
+
+    return open_backend(_split(model_file), board=board or None, token=_token(token_file) or None)
+
+
+def _inputs(handle, input_file):
+    from bpuemu.board.hrt_model_exec.inputs import read_inputs
+
+    files = _split(input_file)
+    return read_inputs(files, handle.model.input_specs) if files else []
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(f"{__version__} ({RUNTIME_VERSION})", "-v", "--version", prog_name="hrt_model_exec")
+def cli():
+    """Run, inspect and measure BPU models (emulated by bpuemu)."""
+
+
+@cli.command("model_info")
+@model_options
+def model_info(model_file, model_name, core_id, board, token_file):
+    """Print input and output tensor properties."""
+    from bpuemu.board.hrt_model_exec.report import model_info_text
+
+    with _open(model_file, board, token_file) as be:
+        handles = [be.model(model_name)] if model_name else [be.models[n] for n in be.model_names]
+        click.echo(model_info_text([h.model for h in handles], be.description, be.load_ms))
+
+
+@cli.command("infer")
+@model_options
+@input_options
+@click.option("--frame_count", default=1, show_default=True, type=click.IntRange(1), help="Frames to run.")
+@click.option("--enable_dump", default=False, type=BOOL, help="Write the outputs to files.")
+@click.option("--dump_format", default="bin", show_default=True, type=click.Choice(["bin", "txt"]))
+@click.option("--dump_precision", default=9, show_default=True, type=click.IntRange(0, 20), help="Decimals in txt dumps.")
+@click.option("--dump_txt_axis", default=-1, show_default=True, type=int, help="txt dumps: one line per index up to this axis (-1: last).")
+@click.option("--dump_intermediate", default=0, show_default=True, type=click.IntRange(0, 3),
+              help="Dump every step's inputs and outputs: 1 bin, 2/3 bin and txt.")
+@click.option("--dump_path", default=".", show_default=True, type=click.Path(file_okay=False), help="Where dumps go.")
+def infer(model_file, model_name, core_id, board, token_file, input_file, frame_count, enable_dump, dump_format,
+          dump_precision, dump_txt_axis, dump_intermediate, dump_path):
+    """Run inference on the given inputs (random ones when none are given)."""
+    from bpuemu.board.hrt_model_exec import dump
+    from bpuemu.board.hrt_model_exec.report import infer_text
+
+    with _open(model_file, board, token_file) as be:
+        h = be.model(model_name)
+        inputs = _inputs(h, input_file)
+        if not inputs:
+            import numpy as np
+            from bpuemu.common.input_types import random_rt_input
+
+            click.echo("no --input_file given: using random inputs", err=True)
+            rng = np.random.default_rng(0)
+            inputs = [random_rt_input(s, rng) for s in h.model.input_specs]
+        result = h.infer(inputs, frame_count=frame_count, dump_intermediate=dump_intermediate > 0)
+        click.echo(infer_text(h.name, result.outputs, result.latency_ms))
+        written = []
+        if enable_dump:
+            written += dump.dump_outputs(dump_path, h.name, result.outputs, dump_format, dump_precision, dump_txt_axis)
+        if dump_intermediate:
+            written += dump.dump_intermediate(dump_path, h.model, result.intermediates, dump_intermediate, dump_precision, dump_txt_axis)
+        if written:
+            click.echo(f"dumped {len(written)} file(s) to {os.path.abspath(dump_path)}")
+
+
+@cli.command("perf")
+@model_options
+@input_options
+@click.option("--frame_count", default=200, show_default=True, type=click.IntRange(1), help="Frames to run when perf_time is 0.")
+@click.option("--perf_time", default=0.0, show_default=True, type=click.FloatRange(0), help="Run this many minutes (0: use frame_count).")
+@click.option("--thread_num", default=1, show_default=True, type=click.IntRange(1, 8), help="Threads running frames.")
+@click.option("--profile_path", default="", help="Directory for profiler.log and profiler.csv (off when empty).")
+def perf(model_file, model_name, core_id, board, token_file, input_file, frame_count, perf_time, thread_num, profile_path):
+    """Measure latency and frame rate on the board itself."""
+    from bpuemu.board.runtime.perf import PerfConfig
+
+    config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
+                        core_id=core_id, profile=bool(profile_path))
+    with _open(model_file, board, token_file) as be:
+        h = be.model(model_name)
+        inputs = _inputs(h, input_file)
+        with _progress(frame_count if perf_time == 0 else 0) as progress:
+            report = h.perf(config, inputs, progress=progress)
+    click.echo(report.console())
+    if profile_path:
+        os.makedirs(profile_path, exist_ok=True)
+        for name, text in (("profiler.log", report.profiler_log), ("profiler.csv", report.profiler_csv)):
+            with open(os.path.join(profile_path, name), "w") as f:
+                f.write(text)
+        click.echo(f"profiler data written to {os.path.join(os.path.abspath(profile_path), 'profiler.log')} and profiler.csv")
+
+
+class _progress:
+    """A tqdm bar on stderr while perf runs (only when stderr is a terminal)."""
+
+    def __init__(self, total: int):
+        self.total = total
+        self.bar = None
+
+    def __enter__(self):
+        if sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=self.total or None, unit="frame", desc="perf", leave=False, file=sys.stderr)
+        return self
+
+    def __call__(self, done, total, elapsed):
+        if self.bar is not None:
+            self.bar.update(done - self.bar.n)
+
+    def __exit__(self, *exc):
+        if self.bar is not None:
+            self.bar.close()
+
+
+def main(args=None):
+    main_entry(cli, "hrt_model_exec", args)

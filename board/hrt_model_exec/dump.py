@@ -1,0 +1,63 @@
+"""--enable_dump and --dump_intermediate: writing tensors as .bin or .txt files.
+
+Output files:   <model>_output_<i>_<name>.bin|.txt
+Intermediates:  layer-<k>-<bpu|cpu>-<step>-<input|output>-<j>-<tensor>.bin|.txt
+(the layer naming of the real tool's dump_intermediate). In .txt files each
+line holds the values of the dimensions after ``txt_axis``.
+"""
+import os
+import re
+from typing import Dict, List
+
+import numpy as np
+
+from bpuemu.common.proto import model_pb2
+
+_UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
+
+
+def safe(name: str) -> str:
+    return _UNSAFE.sub("_", name)[:120]
+
+
+def write_tensor(path_no_ext: str, array: np.ndarray, fmt: str, precision: int, txt_axis: int) -> str:
+    array = np.asarray(array)
+    if fmt == "bin":
+        path = path_no_ext + ".bin"
+        np.ascontiguousarray(array).tofile(path)
+        return path
+    path = path_no_ext + ".txt"
+    if array.ndim == 0:
+        rows = array.reshape(1, 1)
+    else:
+        axis = txt_axis if 0 <= txt_axis < array.ndim else array.ndim - 1
+        rows = array.reshape(int(np.prod(array.shape[:axis], dtype=np.int64)) if axis else 1, -1)
+    fmt_str = "%d" if np.issubdtype(array.dtype, np.integer) else f"%.{precision}f"
+    np.savetxt(path, rows, fmt=fmt_str, delimiter=" ")
+    return path
+
+
+def dump_outputs(out_dir: str, model_name: str, outputs: Dict[str, np.ndarray], fmt: str, precision: int, txt_axis: int) -> List[str]:
+    os.makedirs(out_dir, exist_ok=True)
+    return [
+        write_tensor(os.path.join(out_dir, f"{safe(model_name)}_output_{i}_{safe(name)}"), arr, fmt, precision, txt_axis)
+        for i, (name, arr) in enumerate(outputs.items())
+    ]
+
+
+def dump_intermediate(out_dir: str, model: model_pb2.Model, tensors: Dict[str, np.ndarray], level: int,
+                      precision: int, txt_axis: int) -> List[str]:
+    """Level 1: .bin files; 2 and 3: .bin and .txt files."""
+    os.makedirs(out_dir, exist_ok=True)
+    formats = ["bin"] if level == 1 else ["bin", "txt"]
+    written = []
+    for k, step in enumerate(model.plan):
+        proc = "bpu" if step.kind == model_pb2.PlanStep.BPU_SUBGRAPH else "cpu"
+        for role, names in (("input", step.inputs), ("output", step.outputs)):
+            for j, name in enumerate(names):
+                if name not in tensors:
+                    continue
+                base = os.path.join(out_dir, f"layer-{k}-{proc}-{safe(step.name)}-{role}-{j}-{safe(name)}")
+                for fmt in formats:
+                    written.append(write_tensor(base, tensors[name], fmt, precision, txt_axis))
+    return written
