@@ -34,7 +34,7 @@ def generate(out_dir: pathlib.Path) -> list:
         written = []
         for src in sorted((pathlib.Path(tmp) / PROTO_PACKAGE).glob("*.py")):
             text = src.read_text()
-            if src.name.endswith("_pb2_grpc.py") and "Stub(" not in text:
+            if src.name.endswith("_pb2_grpc.py") and "Stub" not in text:
                 continue  # a proto without services
             text = text.replace("from bpuemu.board.v1 import", "from bpuemu.common.proto import")
             (out_dir / src.name).write_text(text)

@@ -1,0 +1,120 @@
+"""bpuemu-demo: the main job end to end on an embedded default.
+
+1. builds a small CNN, quantizes it and compiles it into a `.bin`
+   (bpuemu.host.samples; hb_mapper makertbin will take over this step);
+2. starts a board daemon, hrt_boardd, on a free loopback port;
+3. runs hrt_model_exec model_info, infer and perf against it with --board;
+4. runs the same infer in-process (the x86 simulator) and checks the board's
+   output is bit-identical;
+5. stops the daemon.
+
+    bpuemu-demo [--workdir DIR] [--size 224] [--input-type rgb|bgr|yuv444|nv12|featuremap]
+"""
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+import time
+
+import click
+
+from bpuemu.board.cliutil import main_entry
+from bpuemu.common.errors import BoardUnavailable
+
+
+def _step(text: str) -> None:
+    click.secho(f"\n==> {text}", bold=True)
+
+
+def _run(args) -> str:
+    click.echo("$ " + " ".join(args))
+    proc = subprocess.run(args, capture_output=True, text=True)
+    click.echo(proc.stdout.rstrip())
+    if proc.returncode != 0:
+        click.echo(proc.stderr.rstrip(), err=True)
+        raise SystemExit(proc.returncode)
+    return proc.stdout
+
+
+def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0):
+    """Start hrt_boardd on a free loopback port; returns (process, "127.0.0.1:PORT")."""
+    port_file = os.path.join(model_dir, "port")
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    log = open(log_path, "w")
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "bpuemu.board.daemon", "--listen", "127.0.0.1:0", "--model-dir", model_dir,
+         "--port-file", port_file],
+        stdout=log, stderr=subprocess.STDOUT,
+    )
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BoardUnavailable(f"hrt_boardd exited with code {proc.returncode}; see {log_path}")
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return proc, f"127.0.0.1:{open(port_file).read().strip()}"
+        time.sleep(0.05)
+    proc.kill()
+    raise BoardUnavailable(f"hrt_boardd did not start within {timeout_s:.0f} s; see {log_path}")
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("--workdir", default="", help="Where files go (default: a new temporary directory).")
+@click.option("--size", default=224, show_default=True, type=click.IntRange(8, 1024), help="Input height and width (even).")
+@click.option("--input-type", default="rgb", show_default=True,
+              type=click.Choice(["rgb", "bgr", "yuv444", "nv12", "featuremap"]), help="input_type_rt of the model.")
+@click.option("--frame-count", default=200, show_default=True, type=click.IntRange(1))
+def cli(workdir, size, input_type, frame_count):
+    """Convert a sample model, serve it from a local board daemon, and run it."""
+    import numpy as np
+
+    from bpuemu.host.samples import sample_bin
+
+    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization chatter
+    workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="bpuemu-demo-"))
+    os.makedirs(workdir, exist_ok=True)
+    name = f"sample_{size}x{size}_{input_type}"
+    model = os.path.join(workdir, f"{name}.bin")
+
+    _step(f"convert a sample CNN into {model}")
+    sha = sample_bin(model, input_type_rt=input_type, height=size, width=size,
+                     quantized_path=os.path.join(workdir, f"{name}_quantized_model.onnx"))
+    click.echo(f"{model}: {os.path.getsize(model)} bytes, sha256 {sha[:16]}...")
+
+    _step("start the board daemon hrt_boardd on loopback")
+    daemon, board = start_daemon(os.path.join(workdir, "board_models"), os.path.join(workdir, "hrt_boardd.log"))
+    click.echo(f"hrt_boardd pid {daemon.pid} on {board}")
+    exe = [sys.executable, "-m", "bpuemu.board.hrt_model_exec"]
+    try:
+        _step("hrt_model_exec model_info on the board")
+        _run(exe + ["model_info", "--model_file", model, "--board", board])
+
+        _step("hrt_model_exec infer on the board, and in-process (x86 simulator)")
+        remote_dir, local_dir = os.path.join(workdir, "dump_board"), os.path.join(workdir, "dump_sim")
+        common = ["infer", "--model_file", model, "--enable_dump", "true", "--dump_format", "bin"]
+        _run(exe + common + ["--board", board, "--dump_path", remote_dir])
+        _run(exe + common + ["--dump_path", local_dir])
+        for f in sorted(os.listdir(local_dir)):
+            a = np.fromfile(os.path.join(local_dir, f), dtype=np.uint8)
+            b = np.fromfile(os.path.join(remote_dir, f), dtype=np.uint8)
+            same = a.size == b.size and bool(np.array_equal(a, b))
+            click.echo(f"{f}: board vs simulator {'bit-identical' if same else 'DIFFERENT'}")
+            if not same:
+                raise SystemExit(1)
+
+        _step("hrt_model_exec perf on the board (runs on the board; the network is not timed)")
+        _run(exe + ["perf", "--model_file", model, "--board", board, "--frame_count", str(frame_count),
+                    "--thread_num", "2", "--profile_path", os.path.join(workdir, "profile")])
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=30)
+    _step(f"done: files in {workdir}")
+
+
+def main(args=None):
+    main_entry(cli, "bpuemu-demo", args)
+
+
+if __name__ == "__main__":
+    main()
