@@ -52,9 +52,9 @@ def model_hw(spec: model_pb2.InputSpec) -> tuple:
 
 def rt_shape(spec: model_pb2.InputSpec) -> tuple:
     """The validShape of the input in input_type_rt form."""
-    n, h, w, c = model_hw(spec)
-    if spec.input_type_rt == "featuremap":
+    if spec.input_type_rt == "featuremap":  # any rank; not (N, H, W, C)
         return tuple(spec.model_shape)
+    n, h, w, c = model_hw(spec)
     if spec.input_type_rt == "nv12":
         return (n, 3, h, w)  # what hrt_model_exec model_info shows for nv12
     c = 1 if spec.input_type_rt == "gray" else 3
@@ -62,11 +62,11 @@ def rt_shape(spec: model_pb2.InputSpec) -> tuple:
 
 
 def rt_byte_size(spec: model_pb2.InputSpec) -> int:
-    n, h, w, _ = model_hw(spec)
-    if spec.input_type_rt == "nv12":
-        return n * h * w * 3 // 2
     if spec.input_type_rt == "featuremap":
-        return int(np.prod(spec.model_shape)) * 4
+        return int(np.prod(spec.model_shape)) * np.dtype(spec.model_dtype or "float32").itemsize
+    if spec.input_type_rt == "nv12":
+        n, h, w, _ = model_hw(spec)
+        return n * h * w * 3 // 2
     return int(np.prod(rt_shape(spec)))
 
 

@@ -120,7 +120,9 @@ def make_properties(
 # --- wire format ---------------------------------------------------------
 
 def to_wire(name: str, array: np.ndarray) -> board_pb2.Tensor:
-    array = np.ascontiguousarray(array)
+    # asarray, not ascontiguousarray: that one turns a 0-d array into shape (1,).
+    # tobytes() writes C order whatever the strides.
+    array = np.asarray(array)
     return board_pb2.Tensor(name=name, dtype=array.dtype.name, shape=array.shape, data=array.tobytes())
 
 

@@ -43,4 +43,50 @@ BPU_OPS: Dict[str, BpuOp] = {
     "Split": BpuOp("Split", active=False),
     "Slice": BpuOp("Slice", active=False),
     "Pad": BpuOp("HzPad", active=False),
+    "Softmax": BpuOp("HzSoftmax"),
+    "ReduceMean": BpuOp("HzSQuantizedReduceMean"),
+    "Upsample": BpuOp("HzQuantizedResizeUpsample", active=False),
+}
+
+
+def _attr(node, name, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            from onnx import helper
+
+            return helper.get_attribute_value(a)
+    return default
+
+
+def check_constraints(node, model) -> str:
+    """The first X5 BPU constraint ``node`` violates, or "" when it fits."""
+    check = CONSTRAINTS.get(node.op_type)
+    return check(node, model) if check else ""
+
+
+def _conv(node, model) -> str:
+    k = _attr(node, "kernel_shape") or []
+    if any(d > 7 for d in k) and len(k) == 2:
+        # X5: kernel H,W in [1,7] for general conv (larger only for depthwise up to 15 is not modelled)
+        return f"kernel_shape {list(k)} exceeds 7x7"
+    s = _attr(node, "strides") or []
+    if any(d > 4 for d in s):
+        return f"strides {list(s)} exceed 4"
+    d = _attr(node, "dilations") or []
+    if any(v > 16 for v in d):
+        return f"dilations {list(d)} exceed 16"
+    return ""
+
+
+def _pool(node, model) -> str:
+    k = _attr(node, "kernel_shape") or []
+    if any(d > 256 for d in k):
+        return f"kernel_shape {list(k)} exceeds 256"
+    return ""
+
+
+CONSTRAINTS = {
+    "Conv": _conv,
+    "MaxPool": _pool,
+    "AveragePool": _pool,
 }

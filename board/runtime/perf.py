@@ -144,6 +144,9 @@ def run_perf(
         raise err
     if state["stop"]:
         raise Cancelled(f"perf on '{model.name}' cancelled after {len(latencies)} frames")
+    if progress is not None:
+        # The final count: a job can end between two ticks, or before the first one.
+        progress(len(latencies), total, run_time_ms / 1e3)
     lat = np.asarray(latencies, dtype=np.float64)
     n = len(lat)
     total_latency = float(lat.sum())

@@ -1,0 +1,1 @@
+"""Helpers shared by the bpuemu tests (model builders, references)."""
