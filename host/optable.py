@@ -13,6 +13,8 @@ from typing import Dict
 class BpuOp:
     bpu_type: str
     active: bool = True
+    #: runs on the CPU unless asked for (Softmax: set_Softmax_input_int8 / run_on_bpu)
+    cpu_by_default: bool = False
 
 
 BPU_OPS: Dict[str, BpuOp] = {
@@ -43,7 +45,7 @@ BPU_OPS: Dict[str, BpuOp] = {
     "Split": BpuOp("Split", active=False),
     "Slice": BpuOp("Slice", active=False),
     "Pad": BpuOp("HzPad", active=False),
-    "Softmax": BpuOp("HzSoftmax"),
+    "Softmax": BpuOp("HzSoftmax", cpu_by_default=True),
     "ReduceMean": BpuOp("HzSQuantizedReduceMean"),
     "Upsample": BpuOp("HzQuantizedResizeUpsample", active=False),
 }

@@ -103,7 +103,7 @@ def place(
         violated = check_constraints(n, model)
         if violated:
             result[n.name] = NodePlacement(n.name, n.op_type, "CPU", n.op_type, reason=f"BPU constraint violated: {violated}")
-        elif n.op_type == "Softmax" and not softmax_on_bpu:
+        elif op.cpu_by_default and not softmax_on_bpu:
             result[n.name] = NodePlacement(n.name, n.op_type, "CPU", n.op_type,
                                            reason="Softmax runs on CPU by default (optimization: set_Softmax_input_int8 moves it)")
         else:

@@ -66,7 +66,9 @@ class BoardServer:
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hrt_boardd"),
             interceptors=interceptors,
-            options=CHANNEL_OPTIONS,
+            # gRPC sets SO_REUSEPORT by default: a second daemon on a busy port would
+            # then start and silently share connections with the first.
+            options=CHANNEL_OPTIONS + [("grpc.so_reuseport", 0)],
         )
         board_pb2_grpc.add_BoardServicer_to_server(BoardService(self.state), self._server)
         self._health = health.HealthServicer()

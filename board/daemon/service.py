@@ -119,14 +119,20 @@ class BoardService(board_pb2_grpc.BoardServicer):
                 events.put(None)
 
         with self.state.job("perf"):
-            worker = threading.Thread(target=work, name="perf-job", daemon=True)
+            # Not a daemon thread: a daemon exiting (SIGTERM, grace expired) must wait for the
+            # job to see its cancelled context, not tear down onnxruntime under it (abort).
+            worker = threading.Thread(target=work, name="perf-job")
             worker.start()
-            while True:
-                event = events.get()
-                if event is None:
-                    break
-                yield event
-            worker.join()
+            try:
+                while True:
+                    event = events.get()
+                    if event is None:
+                        break
+                    yield event
+            finally:
+                # Also when the caller went away mid-stream: the job stops within one progress
+                # interval, and holds its slot until it has.
+                worker.join()
         if "error" in outcome:
             raise outcome["error"]
         log.info("perf %s: %d frames, %.1f FPS", model.name, outcome["report"].frame_count, outcome["report"].fps)

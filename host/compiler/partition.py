@@ -126,8 +126,9 @@ class _Graph:
         return tensor in self.inits or (p is not None and p.op_type == DQ)
 
 
-def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str]) -> str:
-    if node.name in force_cpu or node.op_type not in BPU_OPS:
+def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str], force_bpu: Set[str]) -> str:
+    op = BPU_OPS.get(node.op_type)
+    if node.name in force_cpu or op is None or (op.cpu_by_default and node.name not in force_bpu):
         return "CPU"
     if not all(g.is_dq_fed(i) for i in node.input if i):
         return "CPU"
@@ -139,11 +140,11 @@ def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str]) -> str:
     return "BPU"
 
 
-def _partition(g: _Graph, model_name: str, force_cpu: Set[str]) -> Tuple[List[Piece], Dict[str, onnx.NodeProto], List[onnx.NodeProto]]:
+def _partition(g: _Graph, model_name: str, force_cpu: Set[str], force_bpu: Set[str]) -> Tuple[List[Piece], Dict[str, onnx.NodeProto]]:
     """Group the graph's nodes into pieces in execution order.
 
-    Returns the pieces (BPU subgraphs, CPU ops, input quantizes), the output
-    DequantizeLinear nodes by output name, and nothing else is left over.
+    Returns the pieces (BPU subgraphs, CPU ops, input quantizes) and the
+    output DequantizeLinear nodes by output name.
     """
     pieces: List[Piece] = []
     piece_of: Dict[str, Piece] = {}
@@ -166,7 +167,7 @@ def _partition(g: _Graph, model_name: str, force_cpu: Set[str]) -> Tuple[List[Pi
                 piece_of[prod.name].nodes.append(node)
                 piece_of[node.name] = piece_of[prod.name]
                 continue
-        device = "CPU" if node.op_type == Q else _device(g, node, force_cpu)
+        device = "CPU" if node.op_type == Q else _device(g, node, force_cpu, force_bpu)
         if device == "BPU":
             if current is None:
                 current = Piece(Kind.BPU_SUBGRAPH, f"BPU_{model_name}_subgraph_{n_sub}")
@@ -251,6 +252,7 @@ def compile_model(
     input_specs: Optional[Sequence[model_pb2.InputSpec]] = None,
     *,
     force_cpu: Sequence[str] = (),
+    force_bpu: Sequence[str] = (),
     build_info: Optional[model_pb2.BuildInfo] = None,
     march: str = "bayes-e",
 ) -> CompiledModel:
@@ -260,7 +262,7 @@ def compile_model(
     spec_names = [s.plan_tensor for s in specs]
     if sorted(spec_names) != sorted(g.graph_inputs):
         raise InvalidInput(f"input specs {spec_names} do not match the model inputs {g.graph_inputs}")
-    pieces, output_dq = _partition(g, model_name, set(force_cpu))
+    pieces, output_dq = _partition(g, model_name, set(force_cpu), set(force_bpu))
 
     plan: List[model_pb2.PlanStep] = []
     blobs: Dict[str, bytes] = {}
