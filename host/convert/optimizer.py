@@ -1,0 +1,137 @@
+"""The optimizer stage: *_optimized_float_model.onnx.
+
+Numerically equivalent rewrites that make a float model quantize well:
+
+* opset raised to at least 13 (per-channel DequantizeLinear needs its ``axis``;
+  onnx.version_converter keeps outputs identical);
+* onnxruntime's basic graph optimizations, saved as standard ONNX: constant
+  folding (Paddle keeps weights as Constant nodes), Identity/Dropout removal,
+  Conv+BatchNormalization / Conv+Mul / Conv+Add folding;
+* pattern fusions of our own: the Add/Clip/Mul/Div spelling of HardSwish
+  (x * clip(x + 3, 0, 6) / 6) becomes one HardSwish node, so the whole
+  activation gets one int8 range instead of one per piece.
+"""
+import logging
+import os
+import tempfile
+from typing import Dict, List, Optional
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+from bpuemu.common.errors import InvalidInput
+
+log = logging.getLogger("bpuemu.host.convert")
+
+MIN_OPSET = 13
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def raise_opset(model: onnx.ModelProto, target: int = MIN_OPSET) -> onnx.ModelProto:
+    if default_opset(model) >= target:
+        return model
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(model, target)
+    except Exception as exc:  # the converter raises several internal types
+        raise InvalidInput(f"cannot convert the model from opset {default_opset(model)} to {target}: {exc}") from None
+    log.info("converted opset %d -> %d", default_opset(model), target)
+    return converted
+
+
+def ort_basic_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_BASIC
+    opts.log_severity_level = 3
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "optimized.onnx")
+        opts.optimized_model_filepath = out
+        try:
+            ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
+        except Exception as exc:
+            raise InvalidInput(f"onnxruntime cannot load the model: {exc}") from None
+        optimized = onnx.load(out)
+    # Keep the producer's graph name and the original input order.
+    optimized.graph.name = model.graph.name
+    return optimized
+
+
+def _consts(model) -> Dict[str, np.ndarray]:
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+def _scalar(consts, name) -> Optional[float]:
+    a = consts.get(name)
+    if a is None or a.size != 1:
+        return None
+    return float(a.reshape(-1)[0])
+
+
+def fuse_hardswish(model: onnx.ModelProto) -> int:
+    """x * Clip(x + 3, 0, 6) / 6  (or * 1/6)  ->  HardSwish(x). Returns the number fused."""
+    if default_opset(model) < 14:
+        return 0
+    g = model.graph
+    consts = _consts(model)
+    producer = {o: n for n in g.node for o in n.output}
+    consumers: Dict[str, List[onnx.NodeProto]] = {}
+    for n in g.node:
+        for i in n.input:
+            consumers.setdefault(i, []).append(n)
+    fused, remove = 0, set()
+    for add in list(g.node):
+        if add.op_type != "Add" or add.name in remove:
+            continue
+        x = next((i for i in add.input if _scalar(consts, i) is None), None)
+        three = next((i for i in add.input if _scalar(consts, i) is not None), None)
+        if x is None or three is None or abs(_scalar(consts, three) - 3.0) > 1e-6:
+            continue
+        clip = consumers.get(add.output[0], [])
+        if len(clip) != 1 or clip[0].op_type != "Clip" or len(clip[0].input) < 3:
+            continue
+        clip = clip[0]
+        if _scalar(consts, clip.input[1]) != 0.0 or _scalar(consts, clip.input[2]) != 6.0:
+            continue
+        mul = consumers.get(clip.output[0], [])
+        if len(mul) != 1 or mul[0].op_type != "Mul" or x not in mul[0].input:
+            continue
+        mul = mul[0]
+        tail = consumers.get(mul.output[0], [])
+        if len(tail) != 1:
+            continue
+        tail = tail[0]
+        other = [i for i in tail.input if i != mul.output[0]]
+        k = _scalar(consts, other[0]) if other else None
+        if k is None or not ((tail.op_type == "Div" and abs(k - 6) < 1e-6) or (tail.op_type == "Mul" and abs(k - 1 / 6) < 1e-6)):
+            continue
+        hs = helper.make_node("HardSwish", [x], [tail.output[0]], name=f"{add.name}_HardSwish")
+        idx = list(g.node).index(tail)
+        g.node.insert(idx, hs)
+        remove.update({add.name, clip.name, mul.name, tail.name})
+        fused += 1
+    if remove:
+        keep = [n for n in g.node if n.name not in remove or n.op_type == "HardSwish"]
+        del g.node[:]
+        g.node.extend(keep)
+    return fused
+
+
+def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """The optimized float model: same outputs (to float rounding), fewer and fused ops."""
+    for i, n in enumerate(model.graph.node):  # names survive into the checker table and the plan
+        if not n.name:
+            n.name = f"{n.op_type}_{i}"
+    model = raise_opset(model)
+    optimized = ort_basic_optimize(model)
+    n = fuse_hardswish(optimized)
+    if n:
+        log.info("fused %d HardSwish pattern(s)", n)
+    onnx.checker.check_model(optimized)
+    return optimized

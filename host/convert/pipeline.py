@@ -1,0 +1,240 @@
+"""hb_mapper makertbin: float ONNX + config + calibration data -> the five artifacts.
+
+    <prefix>_original_float_model.onnx   HzPreprocess inserted (preprocess.py)
+    <prefix>_optimized_float_model.onnx  BN/constant folding, fusions (optimizer.py)
+    <prefix>_calibrated_model.onnx       HzCalibration nodes holding thresholds (quant)
+    <prefix>_quantized_model.onnx        standard QDQ, int8 image inputs (quant)
+    <prefix>.bin                         the partitioned plan (compiler.partition + common.container)
+
+``ConvertJob`` is everything the run needs, already validated and typed; the
+yaml layer (bpuemu.host.config) and --fast-perf both build one. A failure at
+any stage raises a BpuEmuError and no `.bin` is written, so a partial run can
+never be mistaken for a successful one.
+"""
+import logging
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+from bpuemu.common.container import write_bin
+from bpuemu.common.errors import BpuEmuError, InvalidInput, NotFound
+from bpuemu.common.proto import model_pb2
+from bpuemu.common.version import __version__
+from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
+from bpuemu.host.convert.optimizer import optimize
+from bpuemu.host.convert.preprocess import InputPreprocess, insert_preprocess
+
+log = logging.getLogger("bpuemu.host.makertbin")
+
+
+@dataclass(frozen=True)
+class JobInput:
+    pre: InputPreprocess
+    shape: Tuple[int, ...]               # input_shape in input_layout_train
+    input_layout_rt: str = ""
+    input_space_and_range: str = "regular"
+    cal: Optional[CalInput] = None
+
+
+@dataclass
+class ConvertJob:
+    onnx_model: str
+    output_model_file_prefix: str
+    working_dir: str
+    inputs: List[JobInput]
+    quant_options: object = None          # bpuemu.host.quant.QuantOptions
+    march: str = "bayes-e"
+    force_cpu: Sequence[str] = ()
+    force_bpu: Sequence[str] = ()
+    softmax_on_bpu: bool = False
+    output_nodes: Sequence[str] = ()
+    max_calibration_samples: int = 0
+    debug_dump_calibration: bool = False
+    build_info: model_pb2.BuildInfo = field(default_factory=model_pb2.BuildInfo)
+
+
+@dataclass
+class Artifacts:
+    original: str
+    optimized: str
+    calibrated: str
+    quantized: str
+    bin: str
+    sha256: str
+    cosines: Dict[str, float]
+    table: str
+
+
+def artifact_paths(job: ConvertJob) -> Dict[str, str]:
+    base = os.path.join(job.working_dir, job.output_model_file_prefix)
+    return {
+        "original": base + "_original_float_model.onnx",
+        "optimized": base + "_optimized_float_model.onnx",
+        "calibrated": base + "_calibrated_model.onnx",
+        "quantized": base + "_quantized_model.onnx",
+        "bin": base + ".bin",
+    }
+
+
+def load_float_model(path: str, inputs: Sequence[JobInput], output_nodes: Sequence[str] = ()) -> onnx.ModelProto:
+    if not os.path.isfile(path):
+        raise NotFound(f"onnx_model not found: {path}")
+    try:
+        model = onnx.load(path)
+    except Exception as exc:  # onnx raises DecodeError and others
+        raise InvalidInput(f"{path} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
+    by_name = {i.name: i for i in model.graph.input}
+    inits = {t.name for t in model.graph.initializer}
+    real = [i.name for i in model.graph.input if i.name not in inits]
+    for ji in inputs:
+        vi = by_name.get(ji.pre.name)
+        if vi is None:
+            raise InvalidInput(f"input_name '{ji.pre.name}' is not an input of {os.path.basename(path)}; its inputs: {', '.join(real)}")
+        dims = vi.type.tensor_type.shape.dim
+        model_shape = [d.dim_value if d.dim_value > 0 else None for d in dims]
+        if len(model_shape) != len(ji.shape):
+            raise InvalidInput(f"input_shape {'x'.join(map(str, ji.shape))} of '{ji.pre.name}' has {len(ji.shape)} dims, "
+                               f"the model input has {len(model_shape)}")
+        for d, want, have in zip(dims, ji.shape, model_shape):
+            if have is not None and have != want:
+                raise InvalidInput(f"input_shape {'x'.join(map(str, ji.shape))} of '{ji.pre.name}' does not match the model's "
+                                   f"{'x'.join(str(s) if s else '?' for s in model_shape)}")
+            d.ClearField("dim_param")
+            d.dim_value = want
+    missing = [n for n in real if n not in {ji.pre.name for ji in inputs}]
+    if missing:
+        raise InvalidInput(f"the model has inputs {missing} that input_parameters does not configure")
+    if output_nodes:
+        model = _cut_at(model, output_nodes)
+    # Re-infer shapes after fixing the input dims (intermediate value_info may be stale).
+    del model.graph.value_info[:]
+    return onnx.shape_inference.infer_shapes(model)
+
+
+def _cut_at(model: onnx.ModelProto, output_nodes: Sequence[str]) -> onnx.ModelProto:
+    from onnx import utils
+
+    by_node = {n.name: n for n in model.graph.node}
+    outs = []
+    for name in output_nodes:
+        if name in by_node:
+            outs.extend(by_node[name].output)
+        else:
+            raise InvalidInput(f"output_nodes names '{name}', which is not a node of the model")
+    inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    inferred = onnx.shape_inference.infer_shapes(model)
+    return utils.Extractor(inferred).extract_model(inputs, outs)
+
+
+def input_spec(ji: JobInput) -> model_pb2.InputSpec:
+    p = ji.pre
+    if p.is_image:
+        n, a, b, c = ji.shape
+        nhwc = (n, b, c, a) if p.input_layout_train == "NCHW" else (n, a, b, c)
+        shape = nhwc if p.model_layout == "NHWC" else (nhwc[0], nhwc[3], nhwc[1], nhwc[2])
+        dtype = "int8"
+    else:
+        shape, dtype = ji.shape, "float32"
+    return model_pb2.InputSpec(
+        name=p.name, input_type_rt=p.input_type_rt,
+        input_layout_rt="" if p.input_type_rt in ("nv12", "featuremap") else (ji.input_layout_rt or p.input_layout_train),
+        input_space_and_range=ji.input_space_and_range, model_layout=p.model_layout if len(shape) == 4 else "",
+        model_dtype=dtype, model_shape=list(shape), plan_tensor=p.name,
+    )
+
+
+def _save(model: onnx.ModelProto, path: str) -> None:
+    tmp = path + ".tmp"
+    onnx.save(model, tmp)
+    os.replace(tmp, path)
+
+
+def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
+    cal = [ji.cal for ji in job.inputs]
+    if any(c is None for c in cal):
+        return []
+    trains = {ji.pre.name: (ji.pre.input_type_train, ji.pre.input_layout_train) for ji in job.inputs}
+    feeds = []
+    for i, sample in enumerate(iter_samples(cal, job.max_calibration_samples)):
+        feed = to_model_inputs(sample, specs, trains)
+        if job.debug_dump_calibration:
+            for name, arr in feed.items():
+                d = os.path.join(job.working_dir, "calibration_data", name)
+                os.makedirs(d, exist_ok=True)
+                np.save(os.path.join(d, f"{i}.npy"), arr)
+        feeds.append(feed)
+    log.info("read %d calibration sample(s)", len(feeds))
+    return feeds
+
+
+def run(job: ConvertJob) -> Artifacts:
+    from bpuemu.host.compiler.partition import compile_model
+    from bpuemu.host.placement import place
+    from bpuemu.host import quant
+
+    t_start = time.time()
+    log.info("Start Model Convert....")
+    os.makedirs(job.working_dir, exist_ok=True)
+    paths = artifact_paths(job)
+    if os.path.exists(paths["bin"]):
+        os.unlink(paths["bin"])  # never leave an old .bin that looks like this run's result
+
+    float_model = load_float_model(job.onnx_model, job.inputs, job.output_nodes)
+    original = insert_preprocess(float_model, [ji.pre for ji in job.inputs])
+    _save(original, paths["original"])
+    log.info("original float model saved: %s", paths["original"])
+
+    optimized = optimize(original)
+    _save(optimized, paths["optimized"])
+    log.info("optimized float model saved: %s", paths["optimized"])
+
+    image_inputs = [ji.pre.name for ji in job.inputs if ji.pre.is_image]
+    placement = place(optimized, quantized_inputs=image_inputs, force_cpu=job.force_cpu,
+                      force_bpu=job.force_bpu, softmax_on_bpu=job.softmax_on_bpu)
+    for line in placement.cpu_reasons():
+        log.info(line)
+
+    specs = [input_spec(ji) for ji in job.inputs]
+    options = job.quant_options or quant.QuantOptions()
+    feeds = calibration_feeds(job, specs) if options.calibration_type not in ("skip", "load") else []
+    if options.calibration_type not in ("skip", "load") and not feeds:
+        raise InvalidInput("no calibration data: set cal_data_dir for every input, or calibration_type: skip")
+    params = quant.calibrate(optimized, feeds, placement.bpu_nodes, image_inputs, options, log=log)
+    calibrated = quant.build_calibrated_model(optimized, params)
+    _save(calibrated, paths["calibrated"])
+    quantized = quant.build_quantized_model(optimized, params, image_inputs)
+    _check_loads(quantized, paths["quantized"])
+    _save(quantized, paths["quantized"])
+
+    eval_feeds = feeds[: min(len(feeds), 16)] or None
+    cosines = quant.node_cosines(optimized, quantized, eval_feeds, int8_inputs=image_inputs) if eval_feeds else {}
+    thresholds = getattr(params, "node_thresholds", lambda: {})()
+    table = placement.table({
+        "Cosine Similarity": [f"{cosines[n.name]:.6f}" if n.name in cosines else "--" for n in placement.nodes],
+        "Threshold": [f"{thresholds[n.name]:.6f}" if n.name in thresholds else "--" for n in placement.nodes],
+    })
+    for line in table.splitlines():
+        log.info(line)
+
+    compiled = compile_model(quantized, job.output_model_file_prefix, specs, force_cpu=sorted(placement.cpu_nodes),
+                             build_info=job.build_info, march=job.march)
+    sha = write_bin(paths["bin"], [compiled.model], compiled.blobs)
+    log.info("Convert to runtime bin file successfully!")
+    log.info("End Model Convert (%.1f s)", time.time() - t_start)
+    return Artifacts(paths["original"], paths["optimized"], paths["calibrated"], paths["quantized"], paths["bin"],
+                     sha, cosines, table)
+
+
+def _check_loads(model: onnx.ModelProto, path: str) -> None:
+    """The quantized model must load in stock onnxruntime before we call it a success."""
+    import onnxruntime as ort
+
+    try:
+        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
+    except Exception as exc:
+        raise BpuEmuError(f"the quantized model does not load in onnxruntime {ort.__version__}: {exc}",
+                          hint="this is a bpuemu bug; please report it with the model") from None

@@ -1,0 +1,1 @@
+"""hb_mapper: checker, makertbin and infer."""

@@ -1,0 +1,3 @@
+from bpuemu.host.mapper.cli import main
+
+main()

@@ -1,0 +1,101 @@
+"""hb_mapper: checker | makertbin | infer (the seeds' commands and flags).
+
+    hb_mapper checker --model-type onnx --march bayes-e --model m.onnx [--input-shape data 1x3x224x224]
+    hb_mapper makertbin --config m.yaml --model-type onnx
+    hb_mapper makertbin --fast-perf --model m.onnx --model-type onnx --march bayes-e [-i data 1x3x224x224]
+    hb_mapper infer --config m.yaml --model-file m_quantized_model.onnx --model-type onnx \
+                    --image-file data img.bin --input-layout NCHW --output-dir out/
+
+Every subcommand logs to the console and to hb_mapper_<subcommand>.log in the
+current directory. Errors end with "exception in command: <subcommand>" and a
+non-zero exit.
+"""
+import logging
+import sys
+
+import click
+
+from bpuemu.common.errors import BpuEmuError
+from bpuemu.common.version import __version__
+from bpuemu.board.cliutil import main_entry
+
+log = logging.getLogger("bpuemu.host")
+
+
+def _logging(subcommand: str) -> None:
+    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
+    root = logging.getLogger()
+    for h in list(root.handlers):
+        root.removeHandler(h)
+    for h in (logging.StreamHandler(sys.stderr), logging.FileHandler(f"hb_mapper_{subcommand}.log", mode="w")):
+        h.setFormatter(fmt)
+        root.addHandler(h)
+    root.setLevel(logging.INFO)
+    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+
+
+def _command_errors(subcommand: str):
+    """Log a failure the seed's way, then let main_entry print the one line and exit."""
+
+    class _Ctx:
+        def __enter__(self):
+            return self
+
+        def __exit__(self, et, exc, tb):
+            if exc is not None and isinstance(exc, BpuEmuError):
+                for line in str(exc).splitlines():
+                    log.error(line)
+                log.error("exception in command: %s", subcommand)
+                raise SystemExit(exc.exit_code)  # already reported, the seed's way
+            return False
+
+    return _Ctx()
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(__version__, prog_name="hb_mapper")
+def cli():
+    """X5 model conversion (emulated by bpuemu)."""
+
+
+def _shape_pairs(values):
+    from bpuemu.host.mapper.checker import parse_shape
+
+    return {name: parse_shape(shape) for name, shape in values}
+
+
+@cli.command("checker")
+@click.option("--model-type", required=True, type=click.Choice(["onnx", "caffe"]))
+@click.option("--march", required=True, type=click.Choice(["bayes-e"]))
+@click.option("--model", "model_path", required=True, help="The float ONNX model.")
+@click.option("--proto", default="", help="Caffe prototxt (caffe is not supported by bpuemu).")
+@click.option("--input-shape", "input_shapes", type=(str, str), multiple=True, metavar="NAME SHAPE",
+              help="Input name and shape (1x3x224x224); once per input. Overrides the model's shape.")
+@click.option("--output", default="", hidden=True, help="Deprecated: the log goes to hb_mapper_checker.log.")
+def checker(model_type, march, model_path, proto, input_shapes, output):
+    """Check that a float model converts, and show where each node would run."""
+    _logging("checker")
+    with _command_errors("checker"):
+        if model_type == "caffe":
+            raise BpuEmuError("caffe models are not supported by bpuemu; export the model to ONNX")
+        from bpuemu.host.mapper.checker import check
+
+        log.info("Start hb_mapper....")
+        log.info("hb_mapper version %s", __version__)
+        result = check(model_path, _shape_pairs(input_shapes))
+        for w in result.warnings:
+            log.warning(w)
+        for line in result.placement.table().splitlines():
+            log.info(line)
+        for line in result.placement.cpu_reasons():
+            log.info(line)
+        log.info("%d subgraph(s) on BPU; %d node(s) on CPU", result.placement.subgraph_count, len(result.placement.cpu_nodes))
+        log.info("End model checking....")
+
+
+def main(args=None):
+    main_entry(cli, "hb_mapper", args)
+
+
+if __name__ == "__main__":
+    main()
