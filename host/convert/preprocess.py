@@ -68,7 +68,7 @@ def colour_matrix(input_type_rt: str, input_type_train: str) -> Tuple[np.ndarray
         allowed = ", ".join(sorted(ALLOWED.get(input_type_train, ())))
         raise InvalidInput(f"input_type_rt '{input_type_rt}' cannot feed input_type_train '{input_type_train}'"
                            + (f" (allowed: {allowed})" if allowed else ""))
-    src, dst = INTERMEDIATE_COLOUR[input_type_rt], input_type_train
+    src, dst = INTERMEDIATE_COLOUR[input_type_rt], INTERMEDIATE_COLOUR.get(input_type_train, input_type_train)
     if src == "gray" or src == dst:
         n = 1 if src == "gray" else 3
         return np.eye(n), np.zeros(n)

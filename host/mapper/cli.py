@@ -93,6 +93,40 @@ def checker(model_type, march, model_path, proto, input_shapes, output):
         log.info("End model checking....")
 
 
+@cli.command("makertbin")
+@click.option("-c", "--config", "config_path", default="", help="The conversion yaml.")
+@click.option("--model-type", required=True, type=click.Choice(["onnx", "caffe"]))
+@click.option("--fast-perf", is_flag=True, help="Build for best performance with built-in settings (no --config).")
+@click.option("--model", "model_path", default="", help="With --fast-perf: the float ONNX model.")
+@click.option("--proto", default="", help="Caffe prototxt (caffe is not supported by bpuemu).")
+@click.option("--march", default="", help="With --fast-perf: bayes-e.")
+@click.option("-i", "--input-shape", "input_shapes", type=(str, str), multiple=True, metavar="NAME SHAPE",
+              help="With --fast-perf: an input's shape, once per input.")
+def makertbin(config_path, model_type, fast_perf, model_path, proto, march, input_shapes):
+    """Convert a float model into a .bin and the four ONNX artifacts."""
+    _logging("makertbin")
+    with _command_errors("makertbin"):
+        if model_type == "caffe":
+            raise BpuEmuError("caffe models are not supported by bpuemu; export the model to ONNX")
+        from bpuemu.host.convert.pipeline import run
+        from bpuemu.host.mapper.makertbin import fast_perf_config, job_from_config, makertbin_from_config, model_inputs
+
+        log.info("Start hb_mapper....")
+        log.info("hb_mapper version %s", __version__)
+        if fast_perf:
+            if config_path:
+                raise click.UsageError("--fast-perf uses built-in settings; do not give --config")
+            if not model_path or march != "bayes-e":
+                raise click.UsageError("--fast-perf needs --model FILE and --march bayes-e")
+            cfg = fast_perf_config(model_path, march, _shape_pairs(input_shapes))
+            result = run(job_from_config(cfg.complete(model_inputs(model_path))))
+        else:
+            if not config_path:
+                raise click.UsageError("give --config FILE.yaml (or --fast-perf --model FILE)")
+            result = makertbin_from_config(config_path, model_type)
+        log.info("output: %s", result.bin)
+
+
 def main(args=None):
     main_entry(cli, "hb_mapper", args)
 

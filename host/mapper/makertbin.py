@@ -1,0 +1,148 @@
+"""hb_mapper makertbin: from a typed config (or --fast-perf) to a ConvertJob, then run it."""
+import logging
+import os
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import onnx
+
+from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.common.proto import model_pb2
+from bpuemu.common.version import __version__
+from bpuemu.host.convert.caldata import CalInput
+from bpuemu.host.convert.pipeline import Artifacts, ConvertJob, JobInput, run
+from bpuemu.host.convert.preprocess import InputPreprocess
+
+log = logging.getLogger("bpuemu.host.makertbin")
+
+FAST_PERF_PREFIX_SUFFIX = ""
+
+
+def model_inputs(path: str) -> List[Tuple[str, List[Optional[int]]]]:
+    """(name, shape) of a float model's inputs, dynamic dims as None."""
+    if not os.path.isfile(path):
+        raise NotFound(f"onnx_model not found: {path}")
+    try:
+        m = onnx.load(path, load_external_data=False)
+    except Exception as exc:
+        raise InvalidInput(f"{path} is not a readable ONNX model: {type(exc).__name__}") from None
+    inits = {t.name for t in m.graph.initializer}
+    return [(i.name, [d.dim_value if d.dim_value > 0 else None for d in i.type.tensor_type.shape.dim])
+            for i in m.graph.input if i.name not in inits]
+
+
+def _build_info(cfg) -> model_pb2.BuildInfo:
+    from bpuemu.host.config import config_info
+
+    info = model_pb2.BuildInfo()
+    import onnxruntime
+
+    for k, v in (("hb_mapper version", __version__), ("hbdk version", f"bpuemu-compiler {__version__}"),
+                 ("hbdk runtime version", f"bpuemu-runtime {__version__}"), ("horizon_nn version", f"bpuemu-quant {__version__}"),
+                 ("onnx version", onnx.__version__), ("onnxruntime version", onnxruntime.__version__)):
+        info.deps.add(key=k, value=v)
+    ci = config_info(cfg)
+    for k, v in ci.model_parameters:
+        info.model_parameters.add(key=k, value=v)
+    for name, pairs in ci.input_parameters:
+        ip = info.input_parameters.add(input_name=name)
+        for k, v in pairs:
+            ip.params.add(key=k, value=v)
+    for k, v in ci.calibration_parameters:
+        info.calibration_parameters.add(key=k, value=v)
+    for k, v in ci.compiler_parameters:
+        info.compiler_parameters.add(key=k, value=v)
+    return info
+
+
+def _quant_options(cfg):
+    from bpuemu.host.quant import QuantOptions
+    from bpuemu.host.quant.options import Int16Spec
+
+    cal = cfg.calibration
+    int16_nodes: Dict[str, Int16Spec] = {}
+    for name, ni in cfg.model.node_info.items():
+        ins = tuple(i for i, t in ni.input_types.items() if i != "all" and t == "int16")
+        spec = Int16Spec(all_inputs=ni.input_types.get("all") == "int16", inputs=ins, output=ni.output_type == "int16")
+        if spec.all_inputs or spec.inputs or spec.output:
+            int16_nodes[name] = spec
+    return QuantOptions.from_optimization(
+        cal.optimization.values,
+        calibration_type=cal.calibration_type,
+        max_percentile=cal.max_percentile,
+        per_channel=cal.per_channel,
+        int16_nodes=int16_nodes,
+    )
+
+
+def job_from_config(cfg) -> ConvertJob:
+    """A ConvertJob from a loaded (and model-completed) MapperConfig."""
+    inputs = []
+    for ic in cfg.inputs:
+        pre = InputPreprocess(
+            name=ic.name, input_type_rt=ic.input_type_rt, input_type_train=ic.input_type_train,
+            input_layout_train=ic.input_layout_train,
+            mean=ic.mean_value if ic.norm_type in ("data_mean", "data_mean_and_scale") else None,
+            scale=ic.scale_value if ic.norm_type in ("data_scale", "data_mean_and_scale") else None,
+        )
+        cal = None
+        if ic.cal_data_dir:
+            cal = CalInput(name=ic.name, cal_data_dir=ic.cal_data_dir, shape=tuple(ic.input_shape),
+                           dtype=ic.calibration_data_type, preprocess_on=cfg.calibration.preprocess_on,
+                           input_type_train=ic.input_type_train, input_layout_train=ic.input_layout_train)
+        inputs.append(JobInput(pre=pre, shape=tuple(ic.input_shape), input_layout_rt=ic.input_layout_rt or "",
+                               input_space_and_range=ic.input_space_and_range, cal=cal))
+    node_info = cfg.model.node_info
+    return ConvertJob(
+        onnx_model=cfg.model.onnx_model,
+        output_model_file_prefix=cfg.model.output_model_file_prefix,
+        working_dir=cfg.model.working_dir,
+        inputs=inputs,
+        quant_options=_quant_options(cfg),
+        march=cfg.model.march,
+        force_cpu=[n for n, i in node_info.items() if i.on == "CPU"],
+        force_bpu=[n for n, i in node_info.items() if i.on == "BPU"],
+        softmax_on_bpu=cfg.calibration.optimization.softmax_int8,
+        output_nodes=cfg.model.output_nodes,
+        debug_dump_calibration=cfg.model.debug_mode == "dump_calibration_data",
+        build_info=_build_info(cfg),
+    )
+
+
+def makertbin_from_config(config_path: str, model_type: str = "onnx") -> Artifacts:
+    from bpuemu.host.config import load_config
+
+    cfg = load_config(config_path, model_type=model_type)
+    cfg = cfg.complete(model_inputs(cfg.model.onnx_model))
+    return run(job_from_config(cfg))
+
+
+def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], working_dir: str = "model_output"):
+    """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3."""
+    from bpuemu.host.config import parse_config
+
+    inputs = model_inputs(model_path)
+    names, shapes = [], []
+    for name, shape in inputs:
+        if name in input_shapes:
+            shape = list(input_shapes[name])
+        elif shape and shape[0] is None:
+            shape = [1] + shape[1:]
+        if any(d is None for d in shape):
+            raise InvalidInput(f"input '{name}' has a dynamic shape; give it with -i {name} 1x3x224x224")
+        names.append(name)
+        shapes.append("x".join(map(str, shape)))
+    prefix = os.path.splitext(os.path.basename(model_path))[0]
+    n = len(names)
+    doc = {
+        "model_parameters": {"onnx_model": model_path, "march": march, "output_model_file_prefix": prefix,
+                             "working_dir": working_dir},
+        "input_parameters": {
+            "input_name": ";".join(names), "input_shape": ";".join(shapes),
+            "input_type_train": ";".join(["featuremap"] * n), "input_layout_train": ";".join(["NCHW"] * n),
+            "input_type_rt": ";".join(["featuremap"] * n), "input_layout_rt": ";".join(["NCHW"] * n),
+            "norm_type": ";".join(["no_preprocess"] * n),
+        },
+        "calibration_parameters": {"calibration_type": "skip", "optimization": "set_Softmax_input_int8"},
+        "compiler_parameters": {"compile_mode": "latency", "optimize_level": "O3"},
+    }
+    return parse_config(doc, os.getcwd())
