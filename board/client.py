@@ -11,6 +11,9 @@ board.
 """
 import os
 import platform
+import socket
+import threading
+import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -30,7 +33,20 @@ from bpuemu.common.errors import (
 from bpuemu.common.proto import board_pb2, board_pb2_grpc, model_pb2
 from bpuemu.common.tensor import from_wire, to_wire
 from bpuemu.common.version import API_VERSION, __version__
-from bpuemu.common.wire import CHANNEL_OPTIONS, TOKEN_METADATA_KEY, UPLOAD_CHUNK_BYTES, join_target, split_target
+from bpuemu.common.wire import (
+    CHANNEL_OPTIONS,
+    ERROR,
+    HELLO,
+    HELLO_OK,
+    INFER,
+    REPLY,
+    TOKEN_METADATA_KEY,
+    UPLOAD_CHUNK_BYTES,
+    join_target,
+    pack_frame,
+    read_frame,
+    split_target,
+)
 from bpuemu.board.convert import onnxruntime_version, perf_report_from_proto
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport
 
@@ -55,6 +71,37 @@ class InferResult:
     latency_ms: List[float] = field(default_factory=list)
 
 
+class _DataChannel:
+    """A connection to the board's infer data channel (see bpuemu.common.wire)."""
+
+    CONNECT_TIMEOUT_S = 2.0
+
+    def __init__(self, host: str, port: int, token: str):
+        self.sock = socket.create_connection((host, port), timeout=self.CONNECT_TIMEOUT_S)
+        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        self.sock.sendall(pack_frame(HELLO, token.encode()))
+        kind, payload = read_frame(self.sock)
+        if kind != HELLO_OK:
+            self.sock.close()
+            raise ConnectionRefusedError(bytes(payload).decode(errors="replace"))
+
+    def infer(self, request: board_pb2.InferRequest, timeout: float) -> tuple:
+        """(reply, None) or (None, (status name, message))."""
+        self.sock.settimeout(timeout)
+        payload = request.SerializeToString()
+        self.sock.sendall(pack_frame(INFER, payload))
+        kind, payload = read_frame(self.sock)
+        if kind == REPLY:
+            return board_pb2.InferReply.FromString(payload), None
+        if kind == ERROR:
+            status, _, message = bytes(payload).decode(errors="replace").partition("\n")
+            return None, (status, message)
+        raise ConnectionError(f"unexpected frame kind {kind}")
+
+    def close(self) -> None:
+        self.sock.close()
+
+
 def _translate(err: grpc.RpcError, target: str, what: str) -> BpuEmuError:
     code = err.code() if hasattr(err, "code") else None
     details = (err.details() if hasattr(err, "details") else "") or ""
@@ -74,7 +121,7 @@ def _translate(err: grpc.RpcError, target: str, what: str) -> BpuEmuError:
 
 class BoardClient:
     def __init__(self, target: str, token: Optional[str] = None, deadlines: Deadlines = Deadlines(),
-                 client_name: str = "bpuemu"):
+                 client_name: str = "bpuemu", data_channel: bool = True):
         try:
             host, port = split_target(target)
         except ValueError as exc:
@@ -86,6 +133,10 @@ class BoardClient:
         self._stub = board_pb2_grpc.BoardStub(self._channel)
         self.client_name = client_name
         self._info: Optional[board_pb2.BoardInfo] = None
+        self._host, self._token = host, token or ""
+        self._use_data = data_channel and not os.environ.get("BPUEMU_NO_DATA_CHANNEL")
+        self._data: Optional[_DataChannel] = None
+        self._data_lock = threading.Lock()
 
     # -- plumbing ----------------------------------------------------------
     def _call(self, what: str, method, request, timeout: float):
@@ -95,6 +146,10 @@ class BoardClient:
             raise _translate(err, self.target, what) from None
 
     def close(self) -> None:
+        with self._data_lock:
+            if self._data is not None:
+                self._data.close()
+                self._data = None
         self._channel.close()
 
     def __enter__(self) -> "BoardClient":
@@ -167,14 +222,50 @@ class BoardClient:
         names = list(input_names) or [f"input_{i}" for i in range(len(inputs))]
         req = board_pb2.InferRequest(sha256=sha, model_name=model_name, dump_intermediate=dump_intermediate,
                                      frame_count=frame_count, core_id=core_id)
-        req.inputs.extend(to_wire(n, a) for n, a in zip(names, inputs))
+        for n, a in zip(names, inputs):
+            a = np.asarray(a)
+            req.inputs.add(name=n, dtype=a.dtype.name, shape=a.shape, data=a.tobytes())  # one copy, not two
         timeout = self.deadlines.infer * max(1, frame_count)
-        reply = self._call("infer", self._stub.Infer, req, timeout)
+        reply = self._infer_data_channel(req, timeout)
+        if reply is None:
+            reply = self._call("infer", self._stub.Infer, req, timeout)
         return InferResult(
             outputs={t.name: from_wire(t) for t in reply.outputs},
             intermediates={t.name: from_wire(t) for t in reply.intermediates},
             latency_ms=list(reply.latency_ms),
         )
+
+    def _infer_data_channel(self, req, timeout: float) -> Optional[board_pb2.InferReply]:
+        """Infer over the data channel; None when it is not available (the caller uses gRPC)."""
+        if not self._use_data or not self.info.data_port or not self._data_lock.acquire(blocking=False):
+            return None
+        try:
+            if self._data is None:
+                try:
+                    self._data = _DataChannel(self._host, self.info.data_port, self._token)
+                except (OSError, ValueError):
+                    self._use_data = False  # firewalled, forwarded, or refused: gRPC from now on
+                    return None
+            try:
+                reply, error = self._data.infer(req, timeout)
+            except socket.timeout:
+                self._data.close()
+                self._data = None
+                raise DeadlineExceeded(f"board {self.target} did not answer infer within {timeout:.0f} s",
+                                       hint="the board may be overloaded or the job too long") from None
+            except (OSError, ValueError) as exc:
+                self._data.close()
+                self._data = None
+                raise BoardUnavailable(f"board {self.target} went away during infer: {exc}",
+                                       hint="is hrt_boardd still running there?") from None
+            if error is not None:
+                status, message = error
+                cls = BY_GRPC_STATUS.get(status, InternalError)
+                text, _, hint = message.partition("\nHint: ")
+                raise cls(f"board {self.target}: {text}", hint=hint)
+            return reply
+        finally:
+            self._data_lock.release()
 
     def perf(self, sha: str, model_name: str, config: PerfConfig, inputs: Sequence[np.ndarray] = (),
              progress: Optional[Callable[[int, int, float], None]] = None, timeout: Optional[float] = None) -> PerfReport:

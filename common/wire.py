@@ -44,3 +44,57 @@ def split_target(target: str, default_port: int = DEFAULT_PORT) -> tuple:
 
 def join_target(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+# --- the infer data channel ----------------------------------------------
+#
+# gRPC's per-call cost from Python (~0.5 ms on loopback) dominates a frame's
+# transfer, so hrt_boardd also serves infer on a plain TCP port (BoardInfo.
+# data_port) carrying the proto's own InferRequest / InferReply bytes:
+#
+#   frame   = header payload
+#   header  = magic "BPUD" (4 bytes) | kind (uint8) | payload length (uint32 LE)
+#   kinds   = HELLO (client -> board, payload: the token, UTF-8, may be empty)
+#             HELLO_OK (board -> client, empty)
+#             INFER (client -> board, a serialized InferRequest)
+#             REPLY (board -> client, a serialized InferReply)
+#             ERROR (board -> client, "<gRPC status name>\n<message>")
+#
+# One request at a time per connection; an ERROR keeps the connection open.
+# A bad HELLO, a wrong magic or an oversize frame closes it.
+
+import struct as _struct
+
+DATA_MAGIC = b"BPUD"
+DATA_HEADER = _struct.Struct("<4sBI")
+HELLO, HELLO_OK, INFER, REPLY, ERROR = 1, 2, 3, 4, 5
+
+
+def pack_frame(kind: int, payload: bytes = b"") -> bytes:
+    return DATA_HEADER.pack(DATA_MAGIC, kind, len(payload)) + payload
+
+
+def read_exact(sock, n: int) -> bytearray:
+    """Read exactly n bytes, or raise ConnectionError when the peer closes.
+
+    Returns the bytearray it read into (protobuf parses it without a copy).
+    """
+    buf = bytearray(n)
+    view = memoryview(buf)
+    got = 0
+    while got < n:
+        k = sock.recv_into(view[got:], n - got)
+        if not k:
+            raise ConnectionError("connection closed mid-frame" if got else "connection closed")
+        got += k
+    return buf
+
+
+def read_frame(sock, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple:
+    """(kind, payload) of the next frame."""
+    magic, kind, length = DATA_HEADER.unpack(bytes(read_exact(sock, DATA_HEADER.size)))
+    if magic != DATA_MAGIC:
+        raise ValueError(f"bad frame magic {magic!r}")
+    if length > max_bytes:
+        raise ValueError(f"frame of {length} bytes is over the {max_bytes}-byte limit")
+    return kind, read_exact(sock, length) if length else b""

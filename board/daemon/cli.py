@@ -38,16 +38,20 @@ def read_token(path: str) -> str:
 @click.option("--max-jobs", default=4, show_default=True, type=click.IntRange(1), help="Infer/perf calls running at once.")
 @click.option("--max-frame-count", default=1_000_000, show_default=True, type=click.IntRange(1), help="Cap on frame_count.")
 @click.option("--max-perf-time", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True), help="Cap on perf_time (minutes).")
+@click.option("--data-channel/--no-data-channel", default=True, show_default=True,
+              help="Also serve infer on a plain TCP port (lower latency than gRPC; clients fall back when unreachable).")
 @click.option("--port-file", default="", help="Write the port actually bound to this file (useful with port 0).")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def cli(listen, model_dir, token_file, max_model_mb, max_jobs, max_frame_count, max_perf_time, port_file, log_level):
+def cli(listen, model_dir, token_file, max_model_mb, max_jobs, max_frame_count, max_perf_time, data_channel, port_file,
+        log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
     from bpuemu.board.daemon.server import BoardServer  # grpc import kept off --help
 
     setup_logging(log_level)
     limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs,
                     max_frame_count=max_frame_count, max_perf_time_minutes=max_perf_time)
-    server = BoardServer(listen, model_dir, limits, token=read_token(token_file) or None).start()
+    server = BoardServer(listen, model_dir, limits, token=read_token(token_file) or None,
+                         data_channel=data_channel).start()
     if port_file:
         with open(port_file, "w") as f:
             f.write(f"{server.port}\n")

@@ -21,6 +21,7 @@ from grpc_reflection.v1alpha import reflection
 from bpuemu.common.errors import InvalidInput, PermissionDenied
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
 from bpuemu.common.wire import CHANNEL_OPTIONS, join_target, split_target
+from bpuemu.board.daemon.datachannel import DataChannelServer
 from bpuemu.board.daemon.interceptor import ErrorInterceptor, TokenInterceptor
 from bpuemu.board.daemon.service import BoardService
 from bpuemu.board.daemon.state import BoardState, Limits
@@ -50,6 +51,7 @@ class BoardServer:
         token: Optional[str] = None,
         max_workers: int = 16,
         intra_op_threads: int = 1,
+        data_channel: bool = True,
     ):
         try:
             host, port = split_target(listen)
@@ -70,7 +72,8 @@ class BoardServer:
             # then start and silently share connections with the first.
             options=CHANNEL_OPTIONS + [("grpc.so_reuseport", 0)],
         )
-        board_pb2_grpc.add_BoardServicer_to_server(BoardService(self.state), self._server)
+        self._data = DataChannelServer(host, self.state, token) if data_channel else None
+        board_pb2_grpc.add_BoardServicer_to_server(BoardService(self.state, self._data.port if self._data else 0), self._server)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server)
@@ -78,10 +81,16 @@ class BoardServer:
         try:
             self.port = self._server.add_insecure_port(join_target(host, port))
         except RuntimeError as exc:
+            self._close_data()
             raise InvalidInput(f"cannot listen on {join_target(host, port)}: {exc}",
                                hint="is another hrt_boardd using that port? pick another with --listen") from None
         if not self.port:
+            self._close_data()
             raise InvalidInput(f"cannot listen on {join_target(host, port)}", hint="is the port in use?")
+
+    def _close_data(self) -> None:
+        if self._data is not None:
+            self._data.server_close()
 
     @property
     def target(self) -> str:
@@ -89,6 +98,8 @@ class BoardServer:
 
     def start(self) -> "BoardServer":
         self._server.start()
+        if self._data is not None:
+            self._data.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info("hrt_boardd serving on %s, models in %s", self.target, self.state.store.root)
@@ -96,6 +107,8 @@ class BoardServer:
 
     def stop(self, grace: Optional[float] = 5.0) -> None:
         self._health.enter_graceful_shutdown()
+        if self._data is not None:
+            self._data.stop()
         self._server.stop(grace).wait()
 
     def wait(self) -> None:

@@ -21,10 +21,32 @@ from bpuemu.board.runtime.perf import run_perf
 log = logging.getLogger("bpuemu.board.daemon")
 
 
+def run_infer(state: BoardState, request: board_pb2.InferRequest, is_active=lambda: True) -> board_pb2.InferReply:
+    """One infer request, from the gRPC Infer method or the data channel."""
+    model = state.load(request.sha256).runtime.model(request.model_name)
+    inputs = [from_wire(t) for t in request.inputs]
+    frames = max(1, request.frame_count)
+    if frames > state.limits.max_frame_count:
+        raise InvalidInput(f"frame_count {frames} is over this board's limit of {state.limits.max_frame_count}")
+    reply = board_pb2.InferReply()
+    with state.job("infer"):
+        for i in range(frames):
+            t0 = time.perf_counter()
+            result = model.run(inputs, keep_intermediate=request.dump_intermediate and i == frames - 1)
+            reply.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            if not is_active():
+                return reply
+    outputs, inter = result if request.dump_intermediate else (result, {})
+    reply.outputs.extend(to_wire(n, a) for n, a in zip(model.output_names, outputs))
+    reply.intermediates.extend(to_wire(n, a) for n, a in inter.items())
+    return reply
+
+
 class BoardService(board_pb2_grpc.BoardServicer):
-    def __init__(self, state: BoardState):
+    def __init__(self, state: BoardState, data_port: int = 0):
         self.state = state
         self.info = local_board_info()
+        self.info.data_port = data_port
 
     def Handshake(self, request, context):
         self.state.check_client(request.api_version, request.client_version)
@@ -76,23 +98,7 @@ class BoardService(board_pb2_grpc.BoardServicer):
         return board_pb2.ModelInfoReply(model=model)
 
     def Infer(self, request, context):
-        model = self.state.load(request.sha256).runtime.model(request.model_name)
-        inputs = [from_wire(t) for t in request.inputs]
-        frames = max(1, request.frame_count)
-        if frames > self.state.limits.max_frame_count:
-            raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.state.limits.max_frame_count}")
-        reply = board_pb2.InferReply()
-        with self.state.job("infer"):
-            for i in range(frames):
-                t0 = time.perf_counter()
-                result = model.run(inputs, keep_intermediate=request.dump_intermediate and i == frames - 1)
-                reply.latency_ms.append((time.perf_counter() - t0) * 1e3)
-                if not context.is_active():
-                    return reply
-        outputs, inter = result if request.dump_intermediate else (result, {})
-        reply.outputs.extend(to_wire(n, a) for n, a in zip(model.output_names, outputs))
-        reply.intermediates.extend(to_wire(n, a) for n, a in inter.items())
-        return reply
+        return run_infer(self.state, request, context.is_active)
 
     def Perf(self, request, context):
         model = self.state.load(request.sha256).runtime.model(request.model_name)
