@@ -9,7 +9,8 @@ Numerically equivalent rewrites that make a float model quantize well:
   Conv+BatchNormalization / Conv+Mul / Conv+Add folding;
 * pattern fusions of our own: the Add/Clip/Mul/Div spelling of HardSwish
   (x * clip(x + 3, 0, 6) / 6) becomes one HardSwish node, so the whole
-  activation gets one int8 range instead of one per piece.
+  activation gets one int8 range instead of one per piece; a
+  BatchNormalization no Conv absorbed becomes a depthwise 1x1 Conv.
 """
 import logging
 import os
@@ -74,9 +75,9 @@ def _scalar(consts, name) -> Optional[float]:
     return float(a.reshape(-1)[0])
 
 
-def fuse_hardswish(model: onnx.ModelProto) -> int:
-    """x * Clip(x + 3, 0, 6) / 6  (or * 1/6)  ->  HardSwish(x). Returns the number fused."""
-    if default_opset(model) < 14:
+def fuse_hardswish(model: onnx.ModelProto, dry_run: bool = False) -> int:
+    """x * Clip(x + 3, 0, 6) / 6  (or * 1/6)  ->  HardSwish(x). Returns the number fused (found, with dry_run)."""
+    if default_opset(model) < 14 and not dry_run:
         return 0
     g = model.graph
     consts = _consts(model)
@@ -111,16 +112,49 @@ def fuse_hardswish(model: onnx.ModelProto) -> int:
         k = _scalar(consts, other[0]) if other else None
         if k is None or not ((tail.op_type == "Div" and abs(k - 6) < 1e-6) or (tail.op_type == "Mul" and abs(k - 1 / 6) < 1e-6)):
             continue
+        fused += 1
+        if dry_run:
+            continue
         hs = helper.make_node("HardSwish", [x], [tail.output[0]], name=f"{add.name}_HardSwish")
         idx = list(g.node).index(tail)
         g.node.insert(idx, hs)
         remove.update({add.name, clip.name, mul.name, tail.name})
-        fused += 1
     if remove:
         keep = [n for n in g.node if n.name not in remove or n.op_type == "HardSwish"]
         del g.node[:]
         g.node.extend(keep)
     return fused
+
+
+def batchnorm_to_conv(model: onnx.ModelProto) -> int:
+    """A BatchNormalization that no Conv absorbed -> a depthwise 1x1 Conv (the BPU's form of it).
+
+    y = (x - mean) / sqrt(var + eps) * gamma + beta = x * a + b per channel.
+    """
+    g = model.graph
+    consts = _consts(model)
+    shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
+              for vi in list(onnx.shape_inference.infer_shapes(model).graph.value_info) + list(g.input)}
+    count = 0
+    for i, n in enumerate(list(g.node)):
+        if n.op_type != "BatchNormalization" or len(n.output) != 1 or not all(t in consts for t in n.input[1:5]):
+            continue
+        if len(shapes.get(n.input[0], [])) != 4:
+            continue
+        gamma, beta, mean, var = (consts[t].astype(np.float64) for t in n.input[1:5])
+        eps = next((a.f for a in n.attribute if a.name == "epsilon"), 1e-5)
+        a = gamma / np.sqrt(var + eps)
+        b = beta - mean * a
+        c = a.size
+        w_name, b_name = f"{n.name}_dw_weight", f"{n.name}_dw_bias"
+        g.initializer.extend([numpy_helper.from_array(a.astype(np.float32).reshape(c, 1, 1, 1), w_name),
+                              numpy_helper.from_array(b.astype(np.float32), b_name)])
+        conv = helper.make_node("Conv", [n.input[0], w_name, b_name], list(n.output), name=n.name, group=c, kernel_shape=[1, 1])
+        idx = list(g.node).index(n)
+        g.node.remove(n)
+        g.node.insert(idx, conv)
+        count += 1
+    return count
 
 
 def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
@@ -130,8 +164,13 @@ def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
             n.name = f"{n.op_type}_{i}"
     model = raise_opset(model)
     optimized = ort_basic_optimize(model)
+    if default_opset(optimized) < 14 and fuse_hardswish(optimized, dry_run=True):
+        optimized = raise_opset(optimized, 14)  # HardSwish is an opset-14 operator
     n = fuse_hardswish(optimized)
     if n:
         log.info("fused %d HardSwish pattern(s)", n)
+    n = batchnorm_to_conv(optimized)
+    if n:
+        log.info("turned %d standalone BatchNormalization node(s) into depthwise 1x1 Conv", n)
     onnx.checker.check_model(optimized)
     return optimized

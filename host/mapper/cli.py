@@ -127,6 +127,24 @@ def makertbin(config_path, model_type, fast_perf, model_path, proto, march, inpu
         log.info("output: %s", result.bin)
 
 
+@cli.command("infer")
+@click.option("-c", "--config", "config_path", required=True, help="The yaml used for makertbin.")
+@click.option("--model-file", required=True, help="A float or quantized ONNX model from makertbin.")
+@click.option("--model-type", required=True, type=click.Choice(["onnx", "caffe"]))
+@click.option("--image-file", "image_files", type=(str, str), multiple=True, required=True, metavar="NAME FILE",
+              help="Input name and its data file (preprocessed binary, or an image with preprocess_on).")
+@click.option("--input-layout", default="", type=click.Choice(["", "NCHW", "NHWC"]), help="Layout of the given data.")
+@click.option("--output-dir", required=True, help="Where ${layername}_float.bin files go.")
+def infer(config_path, model_file, model_type, image_files, input_layout, output_dir):
+    """Run a float or quantized ONNX model on one input and save its outputs."""
+    _logging("infer")
+    with _command_errors("infer"):
+        from bpuemu.host.mapper.infer import run_infer
+
+        written = run_infer(config_path, model_file, image_files, output_dir, model_type, input_layout)
+        log.info("wrote %d output file(s) to %s", len(written), output_dir)
+
+
 def main(args=None):
     main_entry(cli, "hb_mapper", args)
 
