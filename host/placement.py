@@ -9,9 +9,9 @@ table), its subgraph id, and -- for every CPU node -- why. Rules, in order:
 3. Passive ops (Relu, Reshape, Concat, ...) follow their inputs: on the BPU
    only when every activation input comes from a BPU node or a quantized model
    input (repeated until nothing changes).
-4. At the model tail only Conv may output int32; an op whose output is a model
-   output and whose input is a Conv's output runs on the CPU so the Conv keeps
-   its high-precision output (ptq_faq_x5 6.6.1.3).
+4. At the model tail only Conv may output int32; a passive op (ReLU, Clip,
+   ...) whose output is a model output and whose input is a Conv's output runs
+   on the CPU so the Conv keeps its high-precision output (ptq_faq_x5 6.6.1.3).
 5. node_info / run_on_cpu / run_on_bpu override all of the above.
 
 Consecutive BPU nodes (in topological order) between CPU nodes form one
@@ -132,7 +132,7 @@ def place(
         # tail rule
         for n in nodes:
             p = result[n.name]
-            if p.on != "BPU" or n.op_type in ("Conv", "Gemm"):
+            if p.on != "BPU" or BPU_OPS[n.op_type].active:
                 continue
             if any(o in outputs for o in n.output):
                 srcs = [producer.get(t) for t in activation_inputs(n)]

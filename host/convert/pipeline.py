@@ -221,6 +221,7 @@ def run(job: ConvertJob) -> Artifacts:
         log.info(line)
 
     compiled = compile_model(quantized, job.output_model_file_prefix, specs, force_cpu=sorted(placement.cpu_nodes),
+                             force_bpu=sorted(placement.bpu_nodes),
                              build_info=job.build_info, march=job.march)
     sha = write_bin(paths["bin"], [compiled.model], compiled.blobs)
     log.info("Convert to runtime bin file successfully!")
