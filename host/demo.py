@@ -1,16 +1,16 @@
 """bpuemu-demo: the main job end to end on an embedded default.
 
-1. builds a small CNN, quantizes it and compiles it into a `.bin`
-   (bpuemu.host.samples; hb_mapper makertbin will take over this step);
+1. writes a small float CNN, its yaml and calibration data, checks it with
+   hb_mapper checker and converts it with hb_mapper makertbin (the five
+   artifacts, the `.bin` among them);
 2. starts a board daemon, hrt_boardd, on a free loopback port;
 3. runs hrt_model_exec model_info, infer and perf against it with --board;
 4. runs the same infer in-process (the x86 simulator) and checks the board's
    output is bit-identical;
 5. stops the daemon.
 
-    bpuemu-demo [--workdir DIR] [--size 224] [--input-type rgb|bgr|yuv444|nv12|featuremap]
+    bpuemu-demo [--workdir DIR] [--size 224] [--input-type nv12|rgb|bgr|yuv444]
 """
-import logging
 import os
 import subprocess
 import sys
@@ -27,10 +27,12 @@ def _step(text: str) -> None:
     click.secho(f"\n==> {text}", bold=True)
 
 
-def _run(args) -> str:
+def _run(args, cwd=None, show_stderr=False) -> str:
     click.echo("$ " + " ".join(args))
-    proc = subprocess.run(args, capture_output=True, text=True)
+    proc = subprocess.run(args, capture_output=True, text=True, cwd=cwd)
     click.echo(proc.stdout.rstrip())
+    if show_stderr and proc.returncode == 0:
+        click.echo(proc.stderr.rstrip())
     if proc.returncode != 0:
         click.echo(proc.stderr.rstrip(), err=True)
         raise SystemExit(proc.returncode)
@@ -62,25 +64,32 @@ def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0):
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workdir", default="", help="Where files go (default: a new temporary directory).")
 @click.option("--size", default=224, show_default=True, type=click.IntRange(8, 1024), help="Input height and width (even).")
-@click.option("--input-type", default="rgb", show_default=True,
-              type=click.Choice(["rgb", "bgr", "yuv444", "nv12", "featuremap"]), help="input_type_rt of the model.")
+@click.option("--input-type", default="nv12", show_default=True,
+              type=click.Choice(["nv12", "rgb", "bgr", "yuv444"]), help="input_type_rt of the model.")
 @click.option("--frame-count", default=200, show_default=True, type=click.IntRange(1))
 def cli(workdir, size, input_type, frame_count):
     """Convert a sample model, serve it from a local board daemon, and run it."""
     import numpy as np
 
-    from bpuemu.host.samples import sample_bin
+    from bpuemu.host.samples import write_sample_project
 
-    logging.getLogger().setLevel(logging.ERROR)  # onnxruntime.quantization chatter
     workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="bpuemu-demo-"))
     os.makedirs(workdir, exist_ok=True)
     name = f"sample_{size}x{size}_{input_type}"
-    model = os.path.join(workdir, f"{name}.bin")
+    mapper = [sys.executable, "-m", "bpuemu.host.mapper"]
 
-    _step(f"convert a sample CNN into {model}")
-    sha = sample_bin(model, input_type_rt=input_type, height=size, width=size,
-                     quantized_path=os.path.join(workdir, f"{name}_quantized_model.onnx"))
-    click.echo(f"{model}: {os.path.getsize(model)} bytes, sha256 {sha[:16]}...")
+    _step(f"write a float CNN, its yaml and calibration data to {workdir}")
+    config = write_sample_project(workdir, size=size, input_type_rt=input_type, prefix=name)
+    click.echo(f"config: {config}")
+
+    _step("hb_mapper checker: where would each node run?")
+    _run(mapper + ["checker", "--model-type", "onnx", "--march", "bayes-e", "--model",
+                   os.path.join(workdir, "sample_float.onnx")], cwd=workdir, show_stderr=True)
+
+    _step("hb_mapper makertbin: calibrate, quantize, compile")
+    _run(mapper + ["makertbin", "--config", config, "--model-type", "onnx"], cwd=workdir, show_stderr=True)
+    model = os.path.join(workdir, "model_output", f"{name}.bin")
+    click.echo(f"{model}: {os.path.getsize(model)} bytes")
 
     _step("start the board daemon hrt_boardd on loopback")
     daemon, board = start_daemon(os.path.join(workdir, "board_models"), os.path.join(workdir, "hrt_boardd.log"))

@@ -86,6 +86,64 @@ def sample_float_model(
     return model
 
 
+def text_image(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
+    """An HxWx3 uint8 RGB picture of dark text on a light page: realistic calibration
+    and test input for small CNNs and OCR models, made without any dataset."""
+    from PIL import Image, ImageDraw
+
+    bg = int(rng.integers(170, 256))
+    img = Image.new("RGB", (w, h), (bg, bg, bg))
+    d = ImageDraw.Draw(img)
+    words = ["bpuemu", "X5 BPU", "hello", "12345", "quant", "onnx", "board", "Horizon", "OCR text"]
+    for _ in range(int(rng.integers(1, 4)) * max(1, h // 48)):
+        x, y = int(rng.integers(0, max(1, w - 60))), int(rng.integers(0, max(1, h - 12)))
+        c = int(rng.integers(0, 90))
+        d.text((x, y), str(rng.choice(words)), fill=(c, c, c))
+    for _ in range(3):
+        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
+        d.line((x0, y0, x0 + int(rng.integers(5, 40)), y0), fill=(int(rng.integers(0, 120)),) * 3, width=1)
+    return np.asarray(img)
+
+
+def write_sample_project(directory: str, size: int = 224, input_type_rt: str = "nv12", samples: int = 16,
+                         seed: int = 0, prefix: str = "") -> str:
+    """A float sample CNN, its makertbin yaml and calibration data in ``directory``; returns the yaml path.
+
+    The model is trained on RGB NCHW normalised with ImageNet mean/scale, which
+    the yaml moves into HzPreprocess; calibration samples are RGB NCHW uint8
+    text pages, as ptq_guide's "Preparing Calibration Data" describes.
+    """
+    import yaml
+
+    os.makedirs(directory, exist_ok=True)
+    prefix = prefix or f"sample_{size}x{size}_{input_type_rt}"
+    onnx_path = os.path.join(directory, "sample_float.onnx")
+    onnx.save(sample_float_model(size, size, image_input=False, seed=seed), onnx_path)
+    cal_dir = os.path.join(directory, "calibration_data_rgb")
+    os.makedirs(cal_dir, exist_ok=True)
+    rng = np.random.default_rng(seed)
+    for i in range(samples):
+        np.ascontiguousarray(text_image(size, size, rng).transpose(2, 0, 1)[None]).tofile(os.path.join(cal_dir, f"{i:04d}.rgb"))
+    inputs = {"input_name": "data", "input_type_train": "rgb", "input_layout_train": "NCHW",
+              "input_type_rt": input_type_rt, "norm_type": "data_mean_and_scale",
+              "mean_value": " ".join(str(float(v)) for v in MEAN), "scale_value": str(float(SCALE)),
+              "input_shape": f"1x3x{size}x{size}"}
+    if input_type_rt not in ("nv12", "featuremap"):
+        inputs["input_layout_rt"] = "NHWC"
+    doc = {
+        "model_parameters": {"onnx_model": "sample_float.onnx", "march": "bayes-e",
+                             "output_model_file_prefix": prefix, "working_dir": "model_output"},
+        "input_parameters": inputs,
+        "calibration_parameters": {"cal_data_dir": "calibration_data_rgb", "cal_data_type": "uint8",
+                                   "calibration_type": "default"},
+        "compiler_parameters": {"compile_mode": "latency", "optimize_level": "O3"},
+    }
+    path = os.path.join(directory, f"{prefix}_config.yaml")
+    with open(path, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
+    return path
+
+
 def calibration_samples(model: onnx.ModelProto, count: int = 8, seed: int = 1, image_input: bool = True) -> List[Dict[str, np.ndarray]]:
     rng = np.random.default_rng(seed)
     shape = [d.dim_value for d in model.graph.input[0].type.tensor_type.shape.dim]

@@ -6,25 +6,7 @@ import numpy as np
 import onnx
 import yaml
 
-from bpuemu.host.samples import sample_float_model
-
-
-def text_image(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
-    """An HxWx3 uint8 RGB picture of dark text on a light page (what OCR models are fed)."""
-    from PIL import Image, ImageDraw
-
-    bg = int(rng.integers(170, 256))
-    img = Image.new("RGB", (w, h), (bg, bg, bg))
-    d = ImageDraw.Draw(img)
-    words = ["bpuemu", "X5 BPU", "hello", "12345", "quant", "onnx", "board", "Horizon", "OCR text"]
-    for _ in range(int(rng.integers(1, 4)) * max(1, h // 48)):
-        x, y = int(rng.integers(0, max(1, w - 60))), int(rng.integers(0, max(1, h - 12)))
-        c = int(rng.integers(0, 90))
-        d.text((x, y), str(rng.choice(words)), fill=(c, c, c))
-    for _ in range(3):
-        x0, y0 = int(rng.integers(0, w)), int(rng.integers(0, h))
-        d.line((x0, y0, x0 + int(rng.integers(5, 40)), y0), fill=(int(rng.integers(0, 120)),) * 3, width=1)
-    return np.asarray(img)
+from bpuemu.host.samples import sample_float_model, text_image  # noqa: F401 (re-exported for tests)
 
 
 def write_cal_dir(directory: str, arrays) -> str:
