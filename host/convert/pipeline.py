@@ -67,6 +67,7 @@ class Artifacts:
     sha256: str
     cosines: Dict[str, float]
     table: str
+    output_cosines: Dict[str, float] = field(default_factory=dict)
 
 
 def artifact_paths(job: ConvertJob) -> Dict[str, str]:
@@ -212,6 +213,7 @@ def run(job: ConvertJob) -> Artifacts:
 
     eval_feeds = feeds[: min(len(feeds), 16)] or None
     cosines = quant.node_cosines(optimized, quantized, eval_feeds, int8_inputs=image_inputs) if eval_feeds else {}
+    out_cos = quant.output_cosines(optimized, quantized, eval_feeds) if eval_feeds else {}
     thresholds = getattr(params, "node_thresholds", lambda: {})()
     table = placement.table({
         "Cosine Similarity": [f"{cosines[n.name]:.6f}" if n.name in cosines else "--" for n in placement.nodes],
@@ -219,6 +221,11 @@ def run(job: ConvertJob) -> Artifacts:
     })
     for line in table.splitlines():
         log.info(line)
+    for name, c in out_cos.items():
+        log.info("output %s: cosine similarity %.6f (over %d calibration sample(s))", name, c, len(eval_feeds))
+        if c < 0.99:
+            log.warning("output %s has cosine similarity %.4f < 0.99: expect an accuracy loss "
+                        "(try calibration_type / per_channel, node_info int16, or run_on_cpu on the tail)", name, c)
 
     compiled = compile_model(quantized, job.output_model_file_prefix, specs, force_cpu=sorted(placement.cpu_nodes),
                              force_bpu=sorted(placement.bpu_nodes),
@@ -227,7 +234,7 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("Convert to runtime bin file successfully!")
     log.info("End Model Convert (%.1f s)", time.time() - t_start)
     return Artifacts(paths["original"], paths["optimized"], paths["calibrated"], paths["quantized"], paths["bin"],
-                     sha, cosines, table)
+                     sha, cosines, table, out_cos)
 
 
 def _check_loads(model: onnx.ModelProto, path: str) -> None:

@@ -1,0 +1,440 @@
+"""calibrate / build_calibrated_model / build_quantized_model / node_cosines.
+
+``calibrate`` runs one calibration strategy from a registry keyed by
+calibration_type (default, mix, kl, max, skip, load) over statistics collected
+once; the build functions then rewrite the model in one pass each.
+"""
+import logging
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
+
+import numpy as np
+import onnx
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.host.quant import search
+from bpuemu.host.quant.calibrators import MAX, Calibration, Method, ThresholdCache, group_params, percentile_method
+from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
+from bpuemu.host.quant.graph import (
+    DQ, INT16_OPSET, MIN_OPSET, Q, GraphIndex, LoadedQuant, LoadedWeight, constants_to_initializers, convert_opset,
+    cosine, default_opset, feed_for, float_outputs, has_qdq, name_nodes, prepare_model, session, strip_qdq, with_outputs,
+)
+from bpuemu.host.quant.marking import QuantPlan, build_plan
+from bpuemu.host.quant.options import Int16Spec, QuantOptions
+from bpuemu.host.quant.params import (
+    INT_RANGE, QuantParams, TensorQuant, WeightQuant, asymmetric, fixed_int8_input, quantize_weight, symmetric,
+)
+from bpuemu.host.quant.statistics import collect_statistics
+from bpuemu.host.optable import BPU_OPS
+
+LOG = logging.getLogger("bpuemu.host.quant")
+Sample = Mapping[str, np.ndarray]
+
+
+def _quiet() -> logging.Logger:
+    lg = logging.Logger("bpuemu.host.quant.quiet")
+    lg.setLevel(logging.CRITICAL + 1)
+    return lg
+
+
+def qdq_wrapped_nodes(model: onnx.ModelProto) -> Set[str]:
+    """Nodes of a QDQ model that live in the integer domain (their float inputs come
+    from DequantizeLinear, their outputs go only to QuantizeLinear) and that the
+    BPU supports: what a QAT model says runs on the BPU."""
+    idx = GraphIndex(model)
+    out = set()
+    for n in idx.nodes:
+        if n.op_type in (Q, DQ) or n.op_type not in BPU_OPS:
+            continue
+        ins = [i for i in n.input if i and i not in idx.inits]
+        if not ins or not all(idx.producer.get(i) is not None and idx.producer[i].op_type == DQ for i in ins):
+            continue
+        if all(c.op_type == Q for o in n.output if o for c, _ in idx.consumers.get(o, [])) and \
+                not any(o in idx.outputs for o in n.output):
+            out.add(n.name)
+    return out
+
+
+def _prepare(model: onnx.ModelProto, options: QuantOptions):
+    """The normalized float model (and, for load, the parameters read from the QDQ model)."""
+    loaded: Dict[str, LoadedQuant] = {}
+    loaded_w: Dict[str, LoadedWeight] = {}
+    wrapped: Set[str] = set()
+    if has_qdq(model):
+        if options.calibration_type != "load":
+            raise InvalidInput("the model already holds QuantizeLinear/DequantizeLinear nodes",
+                               hint="a QAT model is converted with calibration_type: load")
+        named = onnx.ModelProto.FromString(model.SerializeToString())
+        name_nodes(named)
+        wrapped = qdq_wrapped_nodes(named)
+        model, loaded, loaded_w = strip_qdq(named)
+    elif options.calibration_type == "load":
+        raise InvalidInput("calibration_type load needs a quantized (QDQ) model, as exported by QAT",
+                           hint="this model has no QuantizeLinear/DequantizeLinear nodes; use default, kl or max")
+    return prepare_model(model, MIN_OPSET), loaded, loaded_w, wrapped
+
+
+def _same_outputs(a: onnx.ModelProto, b: onnx.ModelProto, samples: Sequence[Sample]) -> bool:
+    if not samples:
+        return True
+    try:
+        ra, rb = float_outputs(a, samples[:1]), float_outputs(b, samples[:1])
+    except InvalidInput:
+        return False
+    # onnxruntime's float kernels/fusions may differ by an ULP between opsets: compare with a tolerance.
+    return all(x.shape == y.shape and np.allclose(x, y, rtol=1e-4, atol=1e-5 * max(1.0, float(np.abs(x).max(initial=0))))
+               for x, y in zip(ra[0], rb[0]))
+
+
+def _plan(model, bpu_nodes, int8_inputs, options, samples, log) -> QuantPlan:
+    """Build the plan; when int16 was asked for and the model's opset cannot hold it,
+    convert to opset 21 (checked to give the same float outputs) or fall back to int8."""
+    plan = build_plan(model, bpu_nodes, int8_inputs, options, log)
+    wanted = [g for g in plan.groups if g.int16_requests]
+    if not wanted:
+        return plan
+    if default_opset(plan.model) < INT16_OPSET:
+        try:
+            converted = convert_opset(plan.model, INT16_OPSET)
+            constants_to_initializers(converted)
+            name_nodes(converted)
+            ok = _same_outputs(plan.model, converted, samples)
+        except InvalidInput as exc:
+            ok, converted = False, None
+            log.debug("opset conversion failed: %s", exc)
+        if not ok:
+            log.info("int16 needs opset %d (QuantizeLinear int16) and the model does not convert from opset %d "
+                     "with the same outputs; int16 falls back to int8", INT16_OPSET, default_opset(plan.model))
+            return plan
+        log.info("opset %d -> %d for int16 quantization", default_opset(plan.model), INT16_OPSET)
+        plan = build_plan(converted, bpu_nodes, int8_inputs, options, _quiet())
+    for g in plan.groups:
+        if g.int16_requests:
+            g.dtype = "int16"
+    log.info("int16 quantization on %d tensor(s): %s", sum(len(g.members) for g in plan.groups if g.dtype == "int16"),
+             ", ".join(t for g in plan.groups if g.dtype == "int16" for t in g.members))
+    return plan
+
+
+def random_samples(model: onnx.ModelProto, int8_inputs: Sequence[str], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
+    """Calibration data for ``skip``: X_128 images uniform in [-128, 127], featuremaps standard normal."""
+    rng = np.random.default_rng(seed)
+    inits = {t.name for t in model.graph.initializer}
+    out = []
+    for _ in range(max(1, count)):
+        sample = {}
+        for vi in model.graph.input:
+            if vi.name in inits:
+                continue
+            shape = [d.dim_value if d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
+            if vi.name in int8_inputs:
+                sample[vi.name] = rng.integers(-128, 128, shape).astype(np.float32)
+            else:
+                sample[vi.name] = rng.standard_normal(shape).astype(np.float32)
+        out.append(sample)
+    return out
+
+
+def _weights(plan: QuantPlan) -> Dict[str, WeightQuant]:
+    idx = GraphIndex(plan.model)
+    return {w: quantize_weight(w, idx.const(w), site.axis) for w, site in plan.weights.items()}
+
+
+def _stats_cache(plan: QuantPlan, samples: Sequence[Sample], options: QuantOptions) -> ThresholdCache:
+    stats = collect_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins)
+    return ThresholdCache(stats, options.kl_quantized_bins)
+
+
+# --- calibration strategies, keyed by calibration_type ---------------------------------------------
+
+class _Context:
+    def __init__(self, plan, samples, options, log, loaded, loaded_w):
+        self.plan, self.samples, self.options, self.log = plan, samples, options, log
+        self.loaded, self.loaded_w = loaded, loaded_w
+
+    def eval_samples(self) -> List[Sample]:
+        n = self.options.search_samples
+        return list(self.samples[:n]) if n else list(self.samples)
+
+
+def _need_samples(ctx: _Context) -> None:
+    if not ctx.samples:
+        raise InvalidInput(f"calibration_type {ctx.options.calibration_type} needs calibration data",
+                           hint="set cal_data_dir, or calibration_type: skip to try the model without data")
+
+
+def _strategy_default(ctx: _Context):
+    _need_samples(ctx)
+    if ctx.options.per_channel:
+        ctx.log.warning("per_channel is chosen by the default search itself; the per_channel setting is ignored")
+    if ctx.options.max_percentile < 1.0:
+        ctx.log.warning("max_percentile applies to calibration_type max only; ignored with default")
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options)
+    weights = _weights(ctx.plan)
+    ev = search.Evaluator(ctx.plan, ctx.eval_samples())
+    res = search.default_search(ctx.plan, cache, weights, ev, ctx.options.search_target, ctx.options.search_percentile, ctx.log)
+    return res, weights
+
+
+def _strategy_mix(ctx: _Context):
+    _need_samples(ctx)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options)
+    weights = _weights(ctx.plan)
+    ev = search.Evaluator(ctx.plan, ctx.eval_samples())
+    return search.mix_search(ctx.plan, cache, weights, ev, ctx.options, ctx.log), weights
+
+
+def _uniform(method: Method):
+    def strategy(ctx: _Context):
+        _need_samples(ctx)
+        o = ctx.options
+        m = percentile_method(o.max_percentile) if method.kind == "max" else method
+        cache = _stats_cache(ctx.plan, ctx.samples, o)
+        return search.uniform(ctx.plan, cache, Calibration(m, o.per_channel, o.asymmetric), ctx.log), _weights(ctx.plan)
+    return strategy
+
+
+def _strategy_skip(ctx: _Context):
+    ctx.log.warning("calibration_type skip: calibrating with random data (max); the model cannot be used for accuracy checks")
+    ctx.samples = random_samples(ctx.plan.model, ctx.plan.int8_inputs, ctx.options.skip_samples, ctx.options.seed)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options)
+    res = search.uniform(ctx.plan, cache, Calibration(MAX), ctx.log)
+    res.method = "skip"
+    return res, _weights(ctx.plan)
+
+
+def _as_int8(lq: LoadedQuant) -> LoadedQuant:
+    """uint8 (onnxruntime's default activations) -> int8 with the same real values."""
+    if lq.dtype == "uint8":
+        return LoadedQuant(lq.scale, lq.zero_point.astype(np.int64) - 128, "int8", lq.axis)
+    if lq.dtype == "uint16":
+        return LoadedQuant(lq.scale, lq.zero_point.astype(np.int64) - 32768, "int16", lq.axis)
+    return lq
+
+
+def _loaded_tensor(t: str, lq: LoadedQuant) -> TensorQuant:
+    lq = _as_int8(lq)
+    qmin, qmax = INT_RANGE.get(lq.dtype, INT_RANGE["int8"])
+    zp = lq.zero_point.astype(np.int64)
+    scale = lq.scale.astype(np.float32)
+    threshold = np.maximum(np.abs((qmin - zp) * scale), np.abs((qmax - zp) * scale)).astype(np.float32)
+    return TensorQuant(t, lq.dtype if lq.dtype in INT_RANGE else "int8", scale, zp, threshold, "load", lq.axis)
+
+
+def _strategy_load(ctx: _Context):
+    plan, log = ctx.plan, ctx.log
+    acts: Dict[str, TensorQuant] = {}
+    missing = []
+    for g in plan.groups:
+        if g.fixed:
+            acts.update({t: fixed_int8_input(t) for t in g.members})
+            continue
+        known = next((t for t in g.members if t in ctx.loaded), None)
+        for t in g.members:
+            src = t if t in ctx.loaded else known
+            if src is None:
+                missing.append(g)
+                break
+            q = _loaded_tensor(t, ctx.loaded[src])
+            if q.dtype != g.dtype:  # int16 in the QAT model that this model cannot hold: same range in int8
+                log.info("tensor %s was %s in the QAT model; it falls back to %s", t, q.dtype, g.dtype)
+                if q.asymmetric and not q.per_channel:
+                    qmin, qmax = INT_RANGE[q.dtype]
+                    z, sc = float(q.zero_point), float(q.scale)
+                    q = asymmetric(t, (qmin - z) * sc, (qmax - z) * sc, g.dtype, "load")
+                else:
+                    q = symmetric(t, q.threshold, g.dtype, "load", q.axis)
+            acts[t] = q
+    if missing:
+        samples = ctx.samples or random_samples(plan.model, plan.int8_inputs, ctx.options.skip_samples, ctx.options.seed)
+        log.warning("load: %d quantized tensor group(s) have no parameters in the QAT model (%s); calibrating them with max "
+                    "on %s", len(missing), ", ".join(g.members[0] for g in missing),
+                    "the calibration data" if ctx.samples else "random data")
+        cache = _stats_cache(plan, samples, ctx.options)
+        for g in missing:
+            acts.update(group_params(plan, g, Calibration(MAX), cache))
+    idx = GraphIndex(plan.model)
+    weights: Dict[str, WeightQuant] = {}
+    for w, site in plan.weights.items():
+        lw = ctx.loaded_w.get(w)
+        value = idx.const(w)
+        axis = site.axis % value.ndim
+        if lw is not None and lw.quantized.dtype == np.int8 and not np.any(lw.zero_point) and \
+                (lw.axis is None or lw.axis % value.ndim == axis):
+            scale = np.broadcast_to(lw.scale.reshape(-1), (value.shape[axis],)).astype(np.float32) if lw.axis is None \
+                else lw.scale.astype(np.float32)
+            weights[w] = WeightQuant(w, axis, scale.copy(), lw.quantized.astype(np.int8), "load")
+        else:
+            weights[w] = quantize_weight(w, value, axis)
+    acts = {t: acts[t] for t in plan.activations}
+    log.info("calibration_type load: %d activation and %d weight parameter(s) read from the QAT model",
+             sum(1 for q in acts.values() if q.method == "load"), sum(1 for q in weights.values() if q.method == "load"))
+    return search.SearchResult(acts, "load", any(q.per_channel for q in acts.values()),
+                               any(q.asymmetric for q in acts.values()), [], {}), weights
+
+
+#: calibration_type -> strategy(context) -> (SearchResult, weights)
+STRATEGIES: Dict[str, Callable] = {
+    "default": _strategy_default,
+    "mix": _strategy_mix,
+    "kl": _uniform(Method("kl")),
+    "max": _uniform(MAX),
+    "skip": _strategy_skip,
+    "load": _strategy_load,
+}
+
+
+def calibrate(
+    model: onnx.ModelProto,
+    samples: Sequence[Sample],
+    bpu_nodes: Set[str],
+    int8_inputs: Sequence[str] = (),
+    options: Optional[QuantOptions] = None,
+    log: logging.Logger = LOG,
+) -> QuantParams:
+    """Calibrate the BPU nodes of ``model`` (the optimized float model).
+
+    ``samples``: calibration inputs by input name, float32 (X_128 values for
+    ``int8_inputs``). ``bpu_nodes``: the placement's BPU nodes; every other
+    node stays float. For calibration_type load, ``model`` is the QAT (QDQ)
+    model and its integer-domain nodes count as BPU nodes too.
+    """
+    options = options or QuantOptions()
+    samples = list(samples or [])
+    base, loaded, loaded_w, wrapped = _prepare(model, options)
+    int8_inputs = tuple(int8_inputs)
+    bpu = set(bpu_nodes) | wrapped
+    if options.calibration_type == "load":
+        # Keep QAT int16 tensors int16 (when the opset allows).
+        plan0 = build_plan(base, bpu, int8_inputs, options, _quiet())
+        extra = dict(options.int16_nodes)
+        for t, lq in loaded.items():
+            if _as_int8(lq).dtype == "int16" and t in plan0.activations and plan0.activations[t].producer:
+                extra[plan0.activations[t].producer] = Int16Spec(output=True)
+        if len(extra) != len(options.int16_nodes):
+            options = options.with_(int16_nodes=extra)
+    plan = _plan(base, bpu, int8_inputs, options, samples, log)
+    ctx = _Context(plan, samples, options, log, loaded, loaded_w)
+    result, weights = STRATEGIES[options.calibration_type](ctx)
+    corrections = {}
+    if options.bias_correction:
+        corrections = search.bias_correction(plan, result.acts, weights, ctx.samples, log)
+    if options.model_output_type != "float":
+        log.info("model outputs made by the BPU are %s (set_model_output_%s)", options.model_output_type, options.model_output_type)
+    return QuantParams(
+        activations=result.acts, weights=weights, method=result.method, plan=plan, options=options,
+        per_channel=result.per_channel, asymmetric=result.asymmetric, candidates=result.candidates,
+        bias_corrections=corrections, node_methods=result.node_methods,
+    )
+
+
+def _check_model(model: onnx.ModelProto, params: QuantParams) -> None:
+    names = {n.name for n in params.plan.model.graph.node}
+    given = onnx.ModelProto.FromString(model.SerializeToString())
+    name_nodes(given)
+    theirs = {n.name for n in given.graph.node if n.op_type not in ("Constant", Q, DQ)}
+    if not theirs <= names:
+        raise InvalidInput("the quantization parameters were calibrated on a different model "
+                           f"(nodes {sorted(theirs - names)[:5]} are unknown to them)")
+
+
+def build_quantized_model(model: onnx.ModelProto, params: QuantParams, int8_inputs: Sequence[str] = ()) -> onnx.ModelProto:
+    """``*_quantized_model.onnx``: standard QDQ, int8 image inputs (see bpuemu.host.quant.emit)."""
+    _check_model(model, params)
+    if set(int8_inputs) != set(params.plan.int8_inputs):
+        raise InvalidInput(f"int8 inputs {sorted(int8_inputs)} differ from the calibrated ones {sorted(params.plan.int8_inputs)}")
+    return emit_quantized(params.plan, params.activations, params.weights, params.bias_corrections, params.options.model_output_type)
+
+
+def build_calibrated_model(model: onnx.ModelProto, params: QuantParams) -> onnx.ModelProto:
+    """``*_calibrated_model.onnx``: the float model with HzCalibration nodes."""
+    _check_model(model, params)
+    return emit_calibrated(params.plan, params.activations, params.weights, params.bias_corrections)
+
+
+# --- similarity of the quantized model to the float model ------------------------------------------
+
+def _dequantized_name(qidx: GraphIndex, tensor: str):
+    """The tensor of the quantized model that holds ``tensor``'s (dequantized) value,
+    and the Q node when it must be dequantized in numpy (int8 model output)."""
+    qs = [c for c, _ in qidx.consumers.get(tensor, []) if c.op_type == Q]
+    if not qs:
+        return tensor, None
+    q = qs[0]
+    dqs = [c for c, _ in qidx.consumers.get(q.output[0], []) if c.op_type == DQ]
+    if dqs:
+        return dqs[0].output[0], None
+    return q.output[0], q
+
+
+def _dequantize(qidx: GraphIndex, q: onnx.NodeProto, x: np.ndarray) -> np.ndarray:
+    scale = qidx.const(q.input[1]).astype(np.float32)
+    zp = qidx.const(q.input[2]).astype(np.int32) if len(q.input) > 2 and q.input[2] else np.zeros_like(scale, np.int32)
+    if scale.size > 1:
+        axis = next((a.i for a in q.attribute if a.name == "axis"), 1)
+        shape = [1] * x.ndim
+        shape[axis] = scale.size
+        scale, zp = scale.reshape(shape), zp.reshape(shape)
+    return (x.astype(np.int32) - zp).astype(np.float32) * scale
+
+
+def node_cosines(
+    float_model: onnx.ModelProto,
+    quantized_model: onnx.ModelProto,
+    samples: Sequence[Sample],
+    int8_inputs: Sequence[str] = (),
+    nodes: Optional[Sequence[str]] = None,
+) -> Dict[str, float]:
+    """Per node: the cosine similarity of its first output in the float model and the
+    same node's (dequantized) output in the quantized model, averaged over samples.
+
+    ``int8_inputs`` is accepted for symmetry with calibrate(); samples are cast
+    to each model's input types anyway (X_128 floats -> int8).
+    """
+    fm = prepare_model(float_model) if not has_qdq(float_model) else float_model
+    fidx, qidx = GraphIndex(fm), GraphIndex(quantized_model)
+    pairs = []
+    for n in fidx.nodes:
+        if nodes is not None and n.name not in nodes:
+            continue
+        qn = qidx.by_name.get(n.name)
+        if qn is None or n.op_type in (Q, DQ) or not n.output or not qn.output:
+            continue
+        target, qnode = _dequantized_name(qidx, qn.output[0])
+        pairs.append((n.name, n.output[0], target, qnode))
+    if not pairs or not samples:
+        return {}
+    from bpuemu.host.quant.graph import tensor_infos
+
+    f_infos = tensor_infos(fm)
+    pairs = [p for p in pairs if p[1] in f_infos and f_infos[p[1]].is_float]
+    q_infos = tensor_infos(quantized_model)
+    f_names = list(dict.fromkeys(p[1] for p in pairs))
+    q_names = list(dict.fromkeys(p[2] for p in pairs))
+    fs = session(with_outputs(fm, f_names, f_infos))
+    qs = session(with_outputs(quantized_model, q_names, q_infos))
+    sums: Dict[str, float] = {p[0]: 0.0 for p in pairs}
+    for s in samples:
+        fv = dict(zip(f_names, fs.run(f_names, feed_for(fs, s))))
+        qv = dict(zip(q_names, qs.run(q_names, feed_for(qs, s))))
+        for name, ft, qt, qnode in pairs:
+            q = qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])
+            sums[name] += cosine(fv[ft], q)
+    return {name: v / len(samples) for name, v in sums.items()}
+
+
+def output_cosines(float_model: onnx.ModelProto, quantized_model: onnx.ModelProto, samples: Sequence[Sample]) -> Dict[str, float]:
+    """Per model output: the cosine similarity averaged over samples (int8 outputs dequantized)."""
+    fm = prepare_model(float_model) if not has_qdq(float_model) else float_model
+    names = [o.name for o in fm.graph.output]
+    ref = float_outputs(fm, samples)
+    qidx = GraphIndex(quantized_model)
+    sess = session(quantized_model)
+    outs = []
+    for s in samples:
+        vals = sess.run(names, feed_for(sess, s))
+        fixed = []
+        for name, v in zip(names, vals):
+            prod = qidx.producer.get(name)
+            fixed.append(_dequantize(qidx, prod, v) if prod is not None and prod.op_type == Q else v)
+        outs.append(fixed)
+    return search.output_cosines(ref, outs, names)

@@ -1,0 +1,342 @@
+"""One pass that rewrites the float model from a plan and its parameters.
+
+``emit_quantized`` writes ``*_quantized_model.onnx`` (standard ONNX QDQ):
+
+* activation tensor t: ``t_QuantizeLinear`` -> ``t_DequantizeLinear`` right
+  after its producer; the plan's quantized readers read the DequantizeLinear
+  output. A model output made by a BPU node keeps its name on the last
+  DequantizeLinear (the runtime's ``<node>_HzDequantize``), its producer
+  writes ``t_QuantizeLinear_Input``; with set_model_output_int8/int16 the
+  QuantizeLinear output is the model output. An int8 image input becomes an
+  int8 graph input read through a DequantizeLinear (scale 1, zero point 0);
+* weight w: int8 initializer ``w_quantized`` + per-channel (axis of the op)
+  ``w_DequantizeLinear``, zero point 0;
+* bias: int32 initializer with scale s_x * s_w (per output channel) and a
+  DequantizeLinear, as the BPU accumulates in int32. When |bias / scale| would
+  not fit int32 (tiny scales of int16 inputs) that channel's bias scale grows
+  to |bias| / 2^30.
+
+``emit_calibrated`` writes ``*_calibrated_model.onnx``: the float model with a
+``<tensor>_HzCalibration`` node (domain "horizon") on every quantized
+activation and weight, holding thresholds, scales, zero points, quant type and
+method as attributes. ``calibrated_to_fakequant`` turns those nodes into
+QuantizeLinear + DequantizeLinear (optionally only some of them), so stock
+onnxruntime runs the calibrated model.
+"""
+import copy
+from typing import Collection, Dict, List, Optional, Set, Tuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.host.quant.graph import DQ, Q, GraphIndex, INT16_OPSET, convert_opset, default_opset
+from bpuemu.host.quant.marking import QuantPlan
+from bpuemu.host.quant.params import NP_DTYPE, TensorQuant, WeightQuant
+
+HORIZON_DOMAIN = "horizon"
+CALIBRATION_OP = "HzCalibration"
+INT32_LIMIT = 2 ** 31 - 1
+_ELEM = {"int8": TensorProto.INT8, "int16": TensorProto.INT16}
+
+
+class _Names:
+    """Fresh tensor/node names that do not collide with the model's."""
+
+    def __init__(self, model: onnx.ModelProto):
+        g = model.graph
+        self.used: Set[str] = {t.name for t in g.initializer} | {i.name for i in g.input} | {o.name for o in g.output}
+        for n in g.node:
+            self.used.update(n.input)
+            self.used.update(n.output)
+            self.used.add(n.name)
+
+    def __call__(self, name: str) -> str:
+        out, k = name, 1
+        while out in self.used:
+            out = f"{name}_{k}"
+            k += 1
+        self.used.add(out)
+        return out
+
+
+def _axis_attrs(axis: Optional[int]) -> dict:
+    return {"axis": int(axis)} if axis is not None else {}
+
+
+def bias_values(plan: QuantPlan, node: str, corrections: Dict[str, np.ndarray]) -> Optional[np.ndarray]:
+    site = plan.biases[node]
+    if node in corrections:
+        return np.asarray(corrections[node], np.float32)
+    if site.tensor is None:
+        return None
+    return numpy_helper.to_array(next(t for t in plan.model.graph.initializer if t.name == site.tensor)).astype(np.float32)
+
+
+def quantize_bias(b: np.ndarray, input_q: TensorQuant, weight_q: WeightQuant, period: int) -> Tuple[np.ndarray, np.ndarray]:
+    """int32 bias and its per-channel scale s_x * s_w (see the module docstring)."""
+    s_x = np.float32(np.max(input_q.scale))
+    s_w = weight_q.scale[np.arange(b.size) % period]
+    scale = (s_x * s_w).astype(np.float32)
+    too_big = np.abs(b) / scale > INT32_LIMIT
+    if np.any(too_big):
+        scale = np.where(too_big, np.abs(b) / np.float32(2 ** 30), scale).astype(np.float32)
+    q = np.clip(np.rint(b / scale), -INT32_LIMIT, INT32_LIMIT).astype(np.int32)
+    return q, scale
+
+
+def _finish(m: onnx.ModelProto, pre: List[onnx.NodeProto], after: Dict[str, List[onnx.NodeProto]],
+            rewire: Dict[Tuple[str, int], str], out_renames: Dict[Tuple[str, int], str], new_inits: List[TensorProto]) -> None:
+    g = m.graph
+    nodes = list(pre)
+    appended: Dict[str, List[Tuple[int, str]]] = {}
+    for (name, k), new in rewire.items():
+        appended.setdefault(name, []).append((k, new))
+    for n in g.node:
+        for k, new in sorted(appended.get(n.name, [])):
+            if k < len(n.input):
+                n.input[k] = new
+            else:  # an input the node did not have (a corrected bias where there was none)
+                while len(n.input) < k:
+                    n.input.append("")
+                n.input.append(new)
+        for k in range(len(n.output)):
+            if (n.name, k) in out_renames:
+                n.output[k] = out_renames[(n.name, k)]
+        nodes.append(n)
+        nodes.extend(after.get(n.name, []))
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(new_inits)
+    # Float weights replaced by their int8 versions go (and so do graph inputs naming them, old IR style).
+    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+    dropped = {t.name for t in g.initializer if t.name not in used}
+    keep = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    inputs = [i for i in g.input if i.name not in dropped]
+    del g.input[:]
+    g.input.extend(inputs)
+    del g.value_info[:]
+
+
+def emit_quantized(
+    plan: QuantPlan,
+    acts: Dict[str, TensorQuant],
+    weights: Dict[str, WeightQuant],
+    corrections: Optional[Dict[str, np.ndarray]] = None,
+    output_type: str = "float",
+) -> onnx.ModelProto:
+    corrections = corrections or {}
+    m = copy.deepcopy(plan.model)
+    g = m.graph
+    idx = GraphIndex(m)
+    fresh = _Names(m)
+    pre: List[onnx.NodeProto] = []
+    after: Dict[str, List[onnx.NodeProto]] = {}
+    rewire: Dict[Tuple[str, int], str] = {}
+    out_renames: Dict[Tuple[str, int], str] = {}
+    inits: List[TensorProto] = []
+
+    def qparams(t: str, q: TensorQuant) -> Tuple[str, str]:
+        s, z = fresh(f"{t}_scale"), fresh(f"{t}_zero_point")
+        inits.append(numpy_helper.from_array(np.asarray(q.scale, np.float32), s))
+        inits.append(numpy_helper.from_array(q.zero_point_array(), z))
+        return s, z
+
+    for t, site in plan.activations.items():
+        q = acts[t]
+        s, z = qparams(t, q)
+        ax = _axis_attrs(q.axis)
+        if site.fixed_int8:
+            for vi in g.input:
+                if vi.name == t:
+                    vi.type.tensor_type.elem_type = TensorProto.INT8
+            dq_out = fresh(f"{t}_DequantizeLinear_Output")
+            pre.append(helper.make_node(DQ, [t, s, z], [dq_out], name=fresh(f"{t}_DequantizeLinear"), **ax))
+            for reader in site.quantized_readers:
+                rewire[reader] = dq_out
+            continue
+        src, q_out, dq_out = t, None, None
+        is_output = site.is_graph_output and site.producer_on_bpu
+        if is_output:
+            src = fresh(f"{t}_QuantizeLinear_Input")
+            prod = idx.producer[t]
+            out_renames[(prod.name, list(prod.output).index(t))] = src
+            if output_type != "float":
+                q_out = t
+                for vi in g.output:
+                    if vi.name == t:
+                        vi.type.tensor_type.elem_type = _ELEM[q.dtype]
+            else:
+                dq_out = t
+        q_out = q_out or fresh(f"{t}_QuantizeLinear_Output")
+        new = [helper.make_node(Q, [src, s, z], [q_out], name=fresh(f"{t}_QuantizeLinear"), **ax)]
+        if dq_out is not None or site.quantized_readers:
+            dq_out = dq_out or fresh(f"{t}_DequantizeLinear_Output")
+            new.append(helper.make_node(DQ, [q_out, s, z], [dq_out], name=fresh(f"{t}_DequantizeLinear"), **ax))
+        for reader in site.quantized_readers:
+            rewire[reader] = dq_out
+        if site.producer is None:
+            pre.extend(new)
+        else:
+            after.setdefault(site.producer, []).extend(new)
+
+    for w, site in plan.weights.items():
+        wq = weights[w]
+        qi, s, z, out = fresh(f"{w}_quantized"), fresh(f"{w}_scale"), fresh(f"{w}_zero_point"), fresh(f"{w}_DequantizeLinear_Output")
+        inits += [numpy_helper.from_array(wq.quantized.astype(np.int8), qi),
+                  numpy_helper.from_array(wq.scale.astype(np.float32), s),
+                  numpy_helper.from_array(np.zeros(wq.scale.shape, np.int8), z)]
+        pre.append(helper.make_node(DQ, [qi, s, z], [out], name=fresh(f"{w}_DequantizeLinear"), axis=wq.axis))
+        for reader in site.readers:
+            rewire[reader] = out
+
+    for node, site in plan.biases.items():
+        b = bias_values(plan, node, corrections)
+        if b is None or site.activation not in acts or site.weight not in weights:
+            continue
+        qb, scale = quantize_bias(b, acts[site.activation], weights[site.weight], site.period)
+        base = site.tensor or f"{node}_bias"
+        qi, s, z, out = fresh(f"{base}_quantized"), fresh(f"{base}_scale"), fresh(f"{base}_zero_point"), fresh(f"{base}_DequantizeLinear_Output")
+        inits += [numpy_helper.from_array(qb, qi), numpy_helper.from_array(scale, s),
+                  numpy_helper.from_array(np.zeros(scale.shape, np.int32), z)]
+        pre.append(helper.make_node(DQ, [qi, s, z], [out], name=fresh(f"{base}_DequantizeLinear"), axis=0))
+        rewire[(node, site.index)] = out
+
+    _finish(m, pre, after, rewire, out_renames, inits)
+    m.producer_name = "bpuemu"
+    return m
+
+
+def _floats(a) -> List[float]:
+    return [float(v) for v in np.asarray(a, np.float64).reshape(-1)]
+
+
+def _ints(a) -> List[int]:
+    return [int(v) for v in np.asarray(a).reshape(-1)]
+
+
+def emit_calibrated(
+    plan: QuantPlan,
+    acts: Dict[str, TensorQuant],
+    weights: Dict[str, WeightQuant],
+    corrections: Optional[Dict[str, np.ndarray]] = None,
+) -> onnx.ModelProto:
+    corrections = corrections or {}
+    m = copy.deepcopy(plan.model)
+    idx = GraphIndex(m)
+    fresh = _Names(m)
+    pre: List[onnx.NodeProto] = []
+    after: Dict[str, List[onnx.NodeProto]] = {}
+    rewire: Dict[Tuple[str, int], str] = {}
+    out_renames: Dict[Tuple[str, int], str] = {}
+
+    def calib_node(t: str, src: str, out: str, kind: str, q) -> onnx.NodeProto:
+        per_channel = q.axis is not None if kind == "activation" else True
+        attrs = dict(
+            kind=kind,
+            quant_type=q.dtype if kind == "activation" else "int8",
+            method=q.method,
+            thresholds=_floats(q.threshold),
+            scales=_floats(q.scale),
+            zero_points=_ints(q.zero_point if kind == "activation" else np.zeros(q.scale.shape, np.int64)),
+        )
+        if per_channel:
+            attrs["axis"] = int(q.axis)
+        return helper.make_node(CALIBRATION_OP, [src], [out], name=fresh(f"{t}_HzCalibration"), domain=HORIZON_DOMAIN, **attrs)
+
+    for t, site in plan.activations.items():
+        q = acts[t]
+        if site.is_graph_output and site.producer_on_bpu:
+            src = fresh(f"{t}_HzCalibration_Input")
+            prod = idx.producer[t]
+            out_renames[(prod.name, list(prod.output).index(t))] = src
+            out = t
+        else:
+            src, out = t, fresh(f"{t}_HzCalibration_Output")
+        node = calib_node(t, src, out, "activation", q)
+        for reader in site.quantized_readers:
+            rewire[reader] = out
+        (pre if site.producer is None else after.setdefault(site.producer, [])).append(node)
+
+    for w, site in plan.weights.items():
+        out = fresh(f"{w}_HzCalibration_Output")
+        pre.append(calib_node(w, w, out, "weight", weights[w]))
+        for reader in site.readers:
+            rewire[reader] = out
+
+    inits: List[TensorProto] = []
+    for node, b in corrections.items():
+        site = plan.biases.get(node)
+        if site is None:
+            continue
+        name = fresh(f"{site.tensor or node + '_bias'}_corrected")
+        inits.append(numpy_helper.from_array(np.asarray(b, np.float32), name))
+        rewire[(node, site.index)] = name
+
+    _finish(m, pre, after, rewire, out_renames, inits)
+    m.opset_import.append(helper.make_opsetid(HORIZON_DOMAIN, 1))
+    m.producer_name = "bpuemu"
+    return m
+
+
+def calibration_nodes(model: onnx.ModelProto) -> List[onnx.NodeProto]:
+    return [n for n in model.graph.node if n.op_type == CALIBRATION_OP]
+
+
+def calibrated_to_fakequant(model: onnx.ModelProto, enabled: Optional[Collection[str]] = None) -> onnx.ModelProto:
+    """Replace HzCalibration nodes by QuantizeLinear + DequantizeLinear.
+
+    ``enabled``: names of the calibration nodes to keep quantizing (default:
+    all); the others are bypassed, so the float value flows through (what the
+    accuracy debugger toggles).
+    """
+    m = copy.deepcopy(model)
+    g = m.graph
+    enabled_set = None if enabled is None else set(enabled)
+    fresh = _Names(m)
+    nodes: List[onnx.NodeProto] = []
+    inits: List[TensorProto] = []
+    bypass: Dict[str, str] = {}
+    outputs = {o.name for o in g.output}
+    needs_int16 = False
+    for n in g.node:
+        if n.op_type != CALIBRATION_OP:
+            nodes.append(n)
+            continue
+        if enabled_set is not None and n.name not in enabled_set:
+            if n.output[0] in outputs:
+                nodes.append(helper.make_node("Identity", [n.input[0]], [n.output[0]], name=n.name))
+            else:
+                bypass[n.output[0]] = n.input[0]
+            continue
+        a = {x.name: helper.get_attribute_value(x) for x in n.attribute}
+        dtype = a["quant_type"].decode() if isinstance(a["quant_type"], bytes) else a["quant_type"]
+        needs_int16 |= dtype == "int16"
+        axis = a.get("axis")
+        shape = (-1,) if axis is not None else ()
+        s, z, mid = fresh(f"{n.name}_scale"), fresh(f"{n.name}_zero_point"), fresh(f"{n.name}_quantized")
+        inits.append(numpy_helper.from_array(np.asarray(a["scales"], np.float32).reshape(shape), s))
+        inits.append(numpy_helper.from_array(np.asarray(a["zero_points"]).astype(NP_DTYPE[dtype]).reshape(shape), z))
+        ax = _axis_attrs(axis)
+        nodes.append(helper.make_node(Q, [n.input[0], s, z], [mid], name=fresh(f"{n.name}_QuantizeLinear"), **ax))
+        nodes.append(helper.make_node(DQ, [mid, s, z], [n.output[0]], name=fresh(f"{n.name}_DequantizeLinear"), **ax))
+    for n in nodes:
+        for k, i in enumerate(n.input):
+            while i in bypass:
+                i = bypass[i]
+            n.input[k] = i
+    del g.node[:]
+    g.node.extend(nodes)
+    g.initializer.extend(inits)
+    keep = [o for o in m.opset_import if o.domain != HORIZON_DOMAIN]
+    del m.opset_import[:]
+    m.opset_import.extend(keep)
+    if needs_int16 and default_opset(m) < INT16_OPSET:
+        try:
+            m = convert_opset(m, INT16_OPSET)
+        except InvalidInput as exc:
+            raise InvalidInput(f"the calibrated model has int16 calibration nodes but {exc}") from None
+    return m

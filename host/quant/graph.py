@@ -1,0 +1,357 @@
+"""ONNX graph helpers of the quantizer: normalizing the float model, reading a QDQ model,
+running models with the runtime's session options, cosine similarity.
+
+Every model the quantizer evaluates runs with
+``bpuemu.board.runtime.sessions.session_options()`` (QDQ fusion off), the way
+the board runtime runs the `.bin` (DESIGN.md, "Numerical contract").
+"""
+import copy
+import logging
+from dataclasses import dataclass
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import TensorProto, helper, numpy_helper
+
+from bpuemu.common.errors import InvalidInput
+
+log = logging.getLogger("bpuemu.host.quant")
+
+MIN_OPSET = 13
+INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear take int16 from opset 21 on
+Q, DQ = "QuantizeLinear", "DequantizeLinear"
+
+
+def default_opset(model: onnx.ModelProto) -> int:
+    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
+
+
+def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
+    """onnx.version_converter to ``target`` (no-op when already there); raises InvalidInput."""
+    if default_opset(model) >= target:
+        return model
+    from onnx import version_converter
+
+    try:
+        converted = version_converter.convert_version(model, target)
+    except Exception as exc:  # the converter raises several internal types
+        raise InvalidInput(f"cannot convert the model from opset {default_opset(model)} to {target}: {exc}") from None
+    converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(list(converted.opset_import), True))
+    return converted
+
+
+def constants_to_initializers(model: onnx.ModelProto) -> None:
+    """Constant nodes -> initializers, so weights held as Constant are seen as weights."""
+    g = model.graph
+    keep = []
+    for n in g.node:
+        if n.op_type == "Constant" and len(n.attribute) == 1 and n.output[0] not in {o.name for o in g.output}:
+            a = n.attribute[0]
+            value = helper.get_attribute_value(a)
+            if a.name == "value":
+                arr = numpy_helper.to_array(value)
+            elif a.name in ("value_float", "value_int"):
+                arr = np.array(value, dtype=np.float32 if a.name == "value_float" else np.int64)
+            elif a.name in ("value_floats", "value_ints"):
+                arr = np.array(value, dtype=np.float32 if a.name == "value_floats" else np.int64)
+            else:
+                keep.append(n)
+                continue
+            g.initializer.append(numpy_helper.from_array(arr, n.output[0]))
+        else:
+            keep.append(n)
+    if len(keep) != len(g.node):
+        del g.node[:]
+        g.node.extend(keep)
+
+
+def name_nodes(model: onnx.ModelProto) -> None:
+    """Name unnamed nodes ``<op_type>_<index>`` as the placement stage does."""
+    for i, n in enumerate(model.graph.node):
+        if not n.name:
+            n.name = f"{n.op_type}_{i}"
+
+
+def has_qdq(model: onnx.ModelProto) -> bool:
+    return any(n.op_type in (Q, DQ) for n in model.graph.node)
+
+
+def prepare_model(model: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.ModelProto:
+    """A normalized copy of the float model: Constant nodes folded into
+    initializers, opset >= ``min_opset``, every node named. Deterministic, so
+    calibrate() and the build functions see the same names."""
+    m = copy.deepcopy(model)
+    constants_to_initializers(m)
+    m = convert_opset(m, min_opset)
+    constants_to_initializers(m)  # the converter may add Constant nodes
+    name_nodes(m)
+    return m
+
+
+@dataclass
+class TensorInfo:
+    elem_type: int
+    shape: Optional[List[int]]  # None when unknown; dims <= 0 are symbolic
+
+    @property
+    def is_float(self) -> bool:
+        return self.elem_type == TensorProto.FLOAT
+
+
+def tensor_infos(model: onnx.ModelProto) -> Dict[str, TensorInfo]:
+    """Type and shape of every tensor shape inference knows."""
+    try:
+        inferred = onnx.shape_inference.infer_shapes(model)
+    except Exception as exc:  # inference errors have several types
+        log.debug("shape inference failed (%s); using declared types only", exc)
+        inferred = model
+    out: Dict[str, TensorInfo] = {}
+    g = inferred.graph
+    for vi in list(g.value_info) + list(g.input) + list(g.output):
+        t = vi.type.tensor_type
+        if not t.elem_type:
+            continue
+        shape = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim] if t.HasField("shape") else None
+        out[vi.name] = TensorInfo(t.elem_type, shape)
+    for init in g.initializer:
+        out[init.name] = TensorInfo(init.data_type, list(init.dims))
+    return out
+
+
+class GraphIndex:
+    """Producer/consumer maps of a graph."""
+
+    def __init__(self, model: onnx.ModelProto):
+        g = model.graph
+        self.model = model
+        self.nodes = list(g.node)
+        self.by_name = {n.name: n for n in self.nodes}
+        self.inits = {t.name: t for t in g.initializer}
+        self.inputs = [i.name for i in g.input if i.name not in self.inits]
+        self.outputs = [o.name for o in g.output]
+        self.producer: Dict[str, onnx.NodeProto] = {}
+        self.consumers: Dict[str, List[Tuple[onnx.NodeProto, int]]] = {}
+        for n in self.nodes:
+            for o in n.output:
+                if o:
+                    self.producer[o] = n
+            for k, i in enumerate(n.input):
+                if i:
+                    self.consumers.setdefault(i, []).append((n, k))
+
+    def const(self, name: str) -> np.ndarray:
+        return numpy_helper.to_array(self.inits[name])
+
+
+def attr(node: onnx.NodeProto, name: str, default=None):
+    for a in node.attribute:
+        if a.name == name:
+            return helper.get_attribute_value(a)
+    return default
+
+
+# --- reading a QDQ model (calibration_type: load) ------------------------------------------
+
+@dataclass
+class LoadedQuant:
+    """Q/DQ parameters read from a QDQ model."""
+
+    scale: np.ndarray
+    zero_point: np.ndarray
+    dtype: str
+    axis: Optional[int]
+
+
+@dataclass
+class LoadedWeight:
+    quantized: np.ndarray
+    scale: np.ndarray
+    zero_point: np.ndarray
+    axis: Optional[int]
+
+
+def strip_qdq(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[str, LoadedQuant], Dict[str, LoadedWeight]]:
+    """A QDQ model (QAT export, onnxruntime quantize_static) -> its float model and the
+    quantization parameters of its activations and weights, keyed by the float
+    model's tensor names.
+
+    Each QuantizeLinear -> DequantizeLinear pair is removed and its consumers
+    read the float tensor again; a DequantizeLinear of an integer initializer
+    becomes a float initializer (named without the ``_quantized`` suffix when
+    that name is free). A DequantizeLinear that produced a graph output gives
+    its name back to the float tensor.
+    """
+    m = copy.deepcopy(model)
+    g = m.graph
+    idx = GraphIndex(m)
+    names_in_use = set(idx.inits) | set(idx.producer) | set(idx.inputs)
+    alias: Dict[str, str] = {}      # DQ output -> float tensor it stands for
+    loaded: Dict[str, LoadedQuant] = {}
+    weights: Dict[str, LoadedWeight] = {}
+    new_inits: List[TensorProto] = []
+    drop = set()
+
+    def params(node) -> Tuple[np.ndarray, np.ndarray, Optional[int]]:
+        scale = idx.const(node.input[1]).astype(np.float32)
+        if len(node.input) > 2 and node.input[2]:
+            zp = idx.const(node.input[2])
+        else:
+            zp = np.zeros(scale.shape, np.uint8)
+        axis = attr(node, "axis", 1) if scale.size > 1 else None
+        return scale, zp, axis
+
+    def loaded_quant(node) -> LoadedQuant:
+        scale, zp, axis = params(node)
+        shape = (-1,) if axis is not None else ()
+        return LoadedQuant(scale.reshape(shape), zp.reshape(shape), np.dtype(zp.dtype).name, axis)
+
+    for n in idx.nodes:
+        if n.op_type != DQ:
+            continue
+        src = n.input[0]
+        scale, zp, axis = params(n)
+        if src in idx.inits:
+            q = idx.const(src)
+            shape = [1] * q.ndim
+            if axis is not None:
+                shape[axis % q.ndim] = scale.size
+            value = ((q.astype(np.float64) - zp.astype(np.float64).reshape(shape if zp.size > 1 else ())) *
+                     scale.reshape(shape if scale.size > 1 else ())).astype(np.float32)
+            base = src[: -len("_quantized")] if src.endswith("_quantized") else n.output[0]
+            if base != n.output[0] and base in names_in_use:
+                base = n.output[0]
+            names_in_use.add(base)
+            new_inits.append(numpy_helper.from_array(value, base))
+            weights[base] = LoadedWeight(q, scale.reshape(-1), zp.reshape(-1), axis)
+            alias[n.output[0]] = base
+            drop.add(n.name or id(n))
+            continue
+        p = idx.producer.get(src)
+        if p is not None and p.op_type == Q:
+            x = p.input[0]
+            loaded[x] = loaded_quant(n)
+            alias[n.output[0]] = x
+            drop.add(n.name or id(n))
+        elif src in idx.inputs:
+            # An integer model input: the float model reads it as float.
+            for vi in g.input:
+                if vi.name == src:
+                    vi.type.tensor_type.elem_type = TensorProto.FLOAT
+            loaded[src] = loaded_quant(n)
+            alias[n.output[0]] = src
+            drop.add(n.name or id(n))
+    for n in idx.nodes:
+        if n.op_type == Q:
+            drop.add(n.name or id(n))
+            # A Q producing a graph output (int8 model output): the output becomes the float tensor.
+            if n.output[0] in idx.outputs:
+                alias[n.output[0]] = n.input[0]
+                loaded.setdefault(n.input[0], loaded_quant(n))
+
+    def resolve(t: str) -> str:
+        seen = set()
+        while t in alias and t not in seen:
+            seen.add(t)
+            t = alias[t]
+        return t
+
+    kept = [n for n in idx.nodes if (n.name or id(n)) not in drop]
+    for n in kept:
+        for k, i in enumerate(n.input):
+            if i in alias:
+                n.input[k] = resolve(i)
+    # Graph outputs keep their names: rename the float tensor behind each one.
+    renames: Dict[str, str] = {}
+    for o in g.output:
+        if o.name in alias:
+            src = resolve(o.name)
+            if src in idx.inputs or src in names_in_use and src not in idx.producer:
+                continue
+            renames[src] = o.name
+            o.type.tensor_type.elem_type = TensorProto.FLOAT
+    for n in kept:
+        for k, o in enumerate(n.output):
+            if o in renames:
+                n.output[k] = renames[o]
+        for k, i in enumerate(n.input):
+            if i in renames:
+                n.input[k] = renames[i]
+    for old, new in renames.items():
+        if old in loaded:
+            loaded[new] = loaded.pop(old)
+    del g.node[:]
+    g.node.extend(kept)
+    used = {i for n in kept for i in n.input} | {o.name for o in g.output}
+    inits = [t for t in g.initializer if t.name in used and t.name not in {i.name for i in new_inits}]
+    inits += [t for t in new_inits if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(inits)
+    del g.value_info[:]
+    weights = {k: v for k, v in weights.items() if k in used}
+    return m, loaded, weights
+
+
+# --- running models -----------------------------------------------------------------------
+
+def session(model: onnx.ModelProto):
+    """An onnxruntime session with the board runtime's options (QDQ fusion off)."""
+    import onnxruntime as ort
+
+    from bpuemu.board.runtime.sessions import session_options
+
+    try:
+        return ort.InferenceSession(model.SerializeToString(), sess_options=session_options(), providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's exception types vary by version
+        raise InvalidInput(f"onnxruntime cannot load the model: {exc}") from None
+
+
+_ORT_TYPES = {
+    "tensor(float)": np.float32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int16)": np.int16,
+    "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(double)": np.float64, "tensor(uint16)": np.uint16,
+}
+
+
+def feed_for(sess, sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """The sample cast to each session input's type (X_128 floats -> int8 for a quantized model)."""
+    feed = {}
+    for i in sess.get_inputs():
+        if i.name not in sample:
+            raise InvalidInput(f"calibration sample has no data for input '{i.name}' (has {sorted(sample)})")
+        x = np.asarray(sample[i.name])
+        dtype = _ORT_TYPES.get(i.type, np.float32)
+        if np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer):
+            info = np.iinfo(dtype)
+            x = np.clip(np.rint(x), info.min, info.max)
+        feed[i.name] = np.ascontiguousarray(x.astype(dtype, copy=False))
+    return feed
+
+
+def with_outputs(model: onnx.ModelProto, tensors: Iterable[str], infos: Optional[Mapping[str, TensorInfo]] = None) -> onnx.ModelProto:
+    """A copy of ``model`` that also outputs ``tensors`` (for dumping intermediates)."""
+    m = copy.deepcopy(model)
+    have = {o.name for o in m.graph.output} | {i.name for i in m.graph.input}
+    for t in tensors:
+        if t in have:
+            continue
+        elem = infos[t].elem_type if infos and t in infos else TensorProto.FLOAT
+        m.graph.output.append(helper.make_tensor_value_info(t, elem, None))
+        have.add(t)
+    return m
+
+
+def cosine(a: np.ndarray, b: np.ndarray) -> float:
+    """Cosine similarity of two tensors; 1.0 when both are all zeros, 0.0 when one is."""
+    a = np.asarray(a, dtype=np.float64).reshape(-1)
+    b = np.asarray(b, dtype=np.float64).reshape(-1)
+    na, nb = np.linalg.norm(a), np.linalg.norm(b)
+    if na == 0 and nb == 0:
+        return 1.0
+    if na == 0 or nb == 0:
+        return 0.0
+    return float(np.clip(np.dot(a, b) / (na * nb), -1.0, 1.0))
+
+
+def float_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> List[List[np.ndarray]]:
+    sess = session(model)
+    return [sess.run(None, feed_for(sess, s)) for s in samples]

