@@ -10,7 +10,8 @@ Numerically equivalent rewrites that make a float model quantize well:
 * pattern fusions of our own: the Add/Clip/Mul/Div spelling of HardSwish
   (x * clip(x + 3, 0, 6) / 6) becomes one HardSwish node, so the whole
   activation gets one int8 range instead of one per piece; a
-  BatchNormalization no Conv absorbed becomes a depthwise 1x1 Conv.
+  BatchNormalization no Conv absorbed becomes a depthwise 1x1 Conv; a Conv
+  followed by a Mul or Add with a per-channel or scalar constant absorbs it.
 """
 import logging
 import os
@@ -157,18 +158,93 @@ def batchnorm_to_conv(model: onnx.ModelProto) -> int:
     return count
 
 
+def _per_channel(a: np.ndarray, channels: int) -> Optional[np.ndarray]:
+    """A constant that broadcasts over NCHW as one value per channel (or one value), as a [C] vector."""
+    if a.size == 1:
+        return np.full(channels, float(a.reshape(-1)[0]), dtype=np.float64)
+    if a.size == channels and a.ndim <= 4 and a.shape[-1 if a.ndim == 1 else -3] == channels:
+        if a.ndim == 1 or all(d == 1 for i, d in enumerate(a.shape) if i != a.ndim - 3):
+            return a.reshape(-1).astype(np.float64)
+    return None
+
+
+def fold_conv_mul_add(model: onnx.ModelProto) -> int:
+    """Conv -> Mul(const) / Add(const) -> folded into the Conv's weight and bias.
+
+    Paddle exports (MobileOne blocks, unfused BatchNorm) leave these behind where
+    onnxruntime's own fusion does not apply (a scalar, or a [1] constant).
+    """
+    g = model.graph
+    folded = 0
+    while True:
+        consts = _consts(model)
+        outputs = {o.name for o in g.output}
+        consumers: Dict[str, List[onnx.NodeProto]] = {}
+        for n in g.node:
+            for i in n.input:
+                consumers.setdefault(i, []).append(n)
+        done = False
+        for conv in g.node:
+            if conv.op_type != "Conv" or len(conv.input) < 2 or conv.input[1] not in consts:
+                continue
+            out = conv.output[0]
+            users = consumers.get(out, [])
+            if out in outputs or len(users) != 1 or users[0].op_type not in ("Mul", "Add"):
+                continue
+            op = users[0]
+            other = [i for i in op.input if i != out]
+            if len(other) != 1 or other[0] not in consts:
+                continue
+            w = consts[conv.input[1]].astype(np.float64)
+            c = w.shape[0]
+            k = _per_channel(consts[other[0]], c)
+            if k is None:
+                continue
+            b = consts[conv.input[2]].astype(np.float64) if len(conv.input) > 2 and conv.input[2] else np.zeros(c)
+            if op.op_type == "Mul":
+                w = w * k.reshape((c,) + (1,) * (w.ndim - 1))
+                b = b * k
+            else:
+                b = b + k
+            w_name, b_name = f"{conv.name}_w_folded{folded}", f"{conv.name}_b_folded{folded}"
+            g.initializer.extend([numpy_helper.from_array(w.astype(np.float32), w_name),
+                                  numpy_helper.from_array(b.astype(np.float32), b_name)])
+            del conv.input[1:]
+            conv.input.extend([w_name, b_name])
+            conv.output[0] = op.output[0]
+            g.node.remove(op)
+            folded += 1
+            done = True
+            break
+        if not done:
+            break
+    if folded:  # drop initializers nothing reads any more
+        used = {i for n in g.node for i in n.input}
+        keep = [t for t in g.initializer if t.name in used]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+    return folded
+
+
 def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """The optimized float model: same outputs (to float rounding), fewer and fused ops."""
     for i, n in enumerate(model.graph.node):  # names survive into the checker table and the plan
         if not n.name:
             n.name = f"{n.op_type}_{i}"
     model = raise_opset(model)
+    if model.ir_version < 7:
+        # IR < 4 requires every initializer to be a graph input, which the
+        # rewrites below (and onnxruntime's saved model) do not keep.
+        model.ir_version = 7
     optimized = ort_basic_optimize(model)
     if default_opset(optimized) < 14 and fuse_hardswish(optimized, dry_run=True):
         optimized = raise_opset(optimized, 14)  # HardSwish is an opset-14 operator
     n = fuse_hardswish(optimized)
     if n:
         log.info("fused %d HardSwish pattern(s)", n)
+    n = fold_conv_mul_add(optimized)
+    if n:
+        log.info("folded %d constant Mul/Add node(s) into the Conv before them", n)
     n = batchnorm_to_conv(optimized)
     if n:
         log.info("turned %d standalone BatchNormalization node(s) into depthwise 1x1 Conv", n)

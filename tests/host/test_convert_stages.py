@@ -154,3 +154,24 @@ def test_calibration_feed_equals_what_the_board_preprocess_makes(rt):
     else:
         np.testing.assert_array_equal(feed, board_view.astype(np.float32))
     assert list(feed.shape) == list(spec.model_shape)
+
+
+def test_optimizer_folds_scalar_and_per_channel_mul_add_into_conv():
+    from bpuemu.host.convert.optimizer import fold_conv_mul_add
+
+    rng = np.random.default_rng(5)
+    inits = [numpy_helper.from_array(rng.standard_normal((4, 3, 3, 3)).astype(np.float32), "w"),
+             numpy_helper.from_array(np.array([1.7], np.float32), "k"),                       # Paddle's [1] scale
+             numpy_helper.from_array(rng.standard_normal((1, 4, 1, 1)).astype(np.float32), "a")]
+    nodes = [helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+             helper.make_node("Mul", ["c", "k"], ["m"], name="mul"),
+             helper.make_node("Add", ["m", "a"], ["y"], name="add")]
+    g = helper.make_graph(nodes, "f", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 3, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 4, 8, 8])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m.ir_version = 8
+    folded = onnx.ModelProto.FromString(m.SerializeToString())
+    assert fold_conv_mul_add(folded) == 2
+    assert [n.op_type for n in folded.graph.node] == ["Conv"]
+    x = rng.standard_normal((1, 3, 8, 8)).astype(np.float32)
+    np.testing.assert_allclose(_run(folded, {"x": x}), _run(m, {"x": x}), rtol=1e-5, atol=1e-5)
