@@ -1,12 +1,20 @@
 """The X5 BPU operator support table: which ONNX ops the BPU runs, and as what.
 
 One source of truth for the checker, the makertbin compile step and hb_perf.
-Each entry: the BPU type name the tools print, and whether the op quantizes
+Each entry: the BPU type name the tools print, whether the op quantizes
 actively (computes in int8 and requantizes its output) or passively (follows
-its neighbours; it runs on the BPU only between BPU ops).
+its neighbours; it runs on the BPU only between BPU ops), and which BPU unit
+executes it (what hb_perf's static latency model charges it to).
 """
 from dataclasses import dataclass
 from typing import Dict
+
+
+#: BPU units (hb_perf): "mac" the int8 MAC array (convolution, matrix product);
+#: "vector" the vector unit (elementwise, activation lookup tables, pooling,
+#: reductions); "move" data movement (layout, gather, resampling); "view" a
+#: change of shape only, which costs nothing.
+UNITS = ("mac", "vector", "move", "view")
 
 
 @dataclass(frozen=True)
@@ -15,13 +23,14 @@ class BpuOp:
     active: bool = True
     #: runs on the CPU unless asked for (Softmax: set_Softmax_input_int8 / run_on_bpu)
     cpu_by_default: bool = False
+    unit: str = "vector"
 
 
 BPU_OPS: Dict[str, BpuOp] = {
-    "Conv": BpuOp("HzSQuantizedConv"),
-    "ConvTranspose": BpuOp("HzSQuantizedConvTranspose"),
-    "Gemm": BpuOp("HzSQuantizedConv"),
-    "MatMul": BpuOp("HzSQuantizedMatmul"),
+    "Conv": BpuOp("HzSQuantizedConv", unit="mac"),
+    "ConvTranspose": BpuOp("HzSQuantizedConvTranspose", unit="mac"),
+    "Gemm": BpuOp("HzSQuantizedConv", unit="mac"),
+    "MatMul": BpuOp("HzSQuantizedMatmul", unit="mac"),
     "Add": BpuOp("HzSElementwiseAdd"),
     "Sub": BpuOp("HzSElementwiseSub"),
     "Mul": BpuOp("HzSElementwiseMul"),
@@ -37,17 +46,17 @@ BPU_OPS: Dict[str, BpuOp] = {
     "AveragePool": BpuOp("HzSQuantizedAvgPool"),
     "GlobalAveragePool": BpuOp("HzSQuantizedGlobalAvgPool"),
     "GlobalMaxPool": BpuOp("HzQuantizedGlobalMaxPool", active=False),
-    "Resize": BpuOp("HzQuantizedResizeUpsample", active=False),
-    "Concat": BpuOp("Concat", active=False),
-    "Reshape": BpuOp("Reshape", active=False),
-    "Flatten": BpuOp("Reshape", active=False),
-    "Transpose": BpuOp("Transpose", active=False),
-    "Split": BpuOp("Split", active=False),
-    "Slice": BpuOp("Slice", active=False),
-    "Pad": BpuOp("HzPad", active=False),
+    "Resize": BpuOp("HzQuantizedResizeUpsample", active=False, unit="move"),
+    "Concat": BpuOp("Concat", active=False, unit="move"),
+    "Reshape": BpuOp("Reshape", active=False, unit="view"),
+    "Flatten": BpuOp("Reshape", active=False, unit="view"),
+    "Transpose": BpuOp("Transpose", active=False, unit="move"),
+    "Split": BpuOp("Split", active=False, unit="move"),
+    "Slice": BpuOp("Slice", active=False, unit="move"),
+    "Pad": BpuOp("HzPad", active=False, unit="move"),
     "Softmax": BpuOp("HzSoftmax", cpu_by_default=True),
     "ReduceMean": BpuOp("HzSQuantizedReduceMean"),
-    "Upsample": BpuOp("HzQuantizedResizeUpsample", active=False),
+    "Upsample": BpuOp("HzQuantizedResizeUpsample", active=False, unit="move"),
 }
 
 

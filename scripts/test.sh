@@ -2,5 +2,25 @@
 # Set up a fresh machine and run the whole test suite.  Extra arguments go to pytest.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# System packages the tests use (Debian), installed when missing and we are root:
+#   chromium  - hb_perf's HTML report is opened and screenshotted headless (tests/host/test_tools.py)
+#   openssh-server - a real sshd on loopback for the SSH board transport (tests/host/test_ssh.py, test_verifier.py)
+# Add to this list rather than writing another apt-get line: one update, one install.
+APT_PACKAGES="chromium openssh-server"
+missing=""
+for pkg in $APT_PACKAGES; do
+    dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
+done
+if [ -n "$missing" ]; then
+    if [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null; then
+        echo "installing system packages:$missing"
+        apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $missing >/dev/null
+    else
+        echo "not installing system packages (need root and apt-get):$missing; the tests that need them skip" >&2
+    fi
+fi
+
 scripts/setup_env.sh test
 exec .venv/bin/python -m pytest tests "$@"

@@ -1,0 +1,51 @@
+"""hb_perf BIN_FILE [-m NAME] [-p] [--compare profiler.log]"""
+import os
+
+import click
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.host.tools.cli import log, model_name_option, run, setup_logging, version_option
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"]})
+@click.argument("bin_file", type=click.Path(dir_okay=False))
+@model_name_option
+@click.option("-p", "packed", is_flag=True, help="BIN_FILE is a packed model (hb_pack).")
+@click.option("--compare", "profiler_log", default="", metavar="PROFILER_LOG",
+              help="profiler.log from 'hrt_model_exec perf --profile_path': print estimate vs measured per subgraph.")
+@click.option("--ddr-bandwidth", "ddr_gbps", default=None, type=click.FloatRange(min=0.001), metavar="GB/S",
+              help="DDR bandwidth of the static X5 BPU model (default 10 GB/s).")
+@version_option("hb_perf")
+def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
+    """Estimate the performance of a hybrid model (*.bin) and write hb_perf_result/<model>/."""
+    from bpuemu.common.container import read_bin
+    from bpuemu.host.tools import perf
+    from bpuemu.host.tools.perf.compare import compare, compare_text, profiler_log_for, read_profiler_file
+
+    setup_logging()
+    binfile = read_bin(bin_file)
+    if binfile.manifest.packed and not packed:
+        log.warning("%s is a packed model; analysing it as with -p", bin_file)
+    if packed and not binfile.manifest.packed:
+        log.warning("%s is not a packed model; -p ignored", bin_file)
+    bpu = perf.X5_BPU if ddr_gbps is None else perf.X5_BPU.with_ddr_bandwidth(ddr_gbps)
+    models = [binfile.model(model_name)] if model_name else list(binfile.manifest.models)
+    if profiler_log and len(models) != 1:
+        raise InvalidInput(f"{bin_file} holds {len(models)} models; pick the one profiler.log measured with -m NAME")
+    text = read_profiler_file(profiler_log) if profiler_log else ""
+    if text:  # checked before anything is written or printed
+        profiler_log_for(models[0].name, text, profiler_log)
+    for m in models:
+        if not perf.is_debug_build(m):
+            log.warning("bpu model don't have per-layer perf info.")
+            log.warning("if you need per-layer perf info please enable[compiler_parameters.debug:True] when use makertbin.")
+        files = perf.analyze(binfile, perf.RESULT_DIR, m.name, bpu)[0]
+        est = files.estimate
+        log.info("%s: %s", m.name, est.line())
+        log.info("%s: performance report written to %s", m.name, os.path.abspath(files.html))
+        if profiler_log:
+            click.echo(compare_text(compare(est, text, profiler_log)))
+
+
+def main(args=None):
+    run(cli, "hb_perf", args)

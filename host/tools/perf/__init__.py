@@ -1,0 +1,34 @@
+"""hb_perf: static performance analysis of a `.bin` model.
+
+    est = estimate_model(model, blobs)          # per BPU subgraph and per layer
+    estimate_line(model, blobs)                 # "FPS=…, latency = … us, DDR = … bytes" (makertbin)
+    files = analyze(binfile, "hb_perf_result")  # the seed's folder, one subfolder per model
+
+The cost model is in ``x5`` (its docstring has every formula and parameter),
+the per-layer analysis of the ONNX pieces in ``layers``, the drawing in
+``structure``, the pages in ``report`` and ``--compare`` in ``compare``.
+"""
+import os
+from typing import List, Optional
+
+from bpuemu.common.container import BinFile
+from bpuemu.host.tools.perf.estimate import ModelEstimate, SubgraphEstimate, estimate_line, estimate_model, is_debug_build
+from bpuemu.host.tools.perf.report import ReportFiles, write_report
+from bpuemu.host.tools.perf.structure import structure
+from bpuemu.host.tools.perf.x5 import X5_BPU, X5Bpu
+
+__all__ = ["X5Bpu", "X5_BPU", "ModelEstimate", "SubgraphEstimate", "ReportFiles", "estimate_model", "estimate_line",
+           "is_debug_build", "analyze", "RESULT_DIR"]
+
+RESULT_DIR = "hb_perf_result"
+
+
+def analyze(binfile: BinFile, result_dir: str = RESULT_DIR, model_name: Optional[str] = None,
+            bpu: X5Bpu = X5_BPU) -> List[ReportFiles]:
+    """Estimate and write ``<result_dir>/<model>/`` for one model (``model_name``) or all of the file's."""
+    models = [binfile.model(model_name)] if model_name else list(binfile.manifest.models)
+    out = []
+    for m in models:
+        est = estimate_model(m, binfile.blobs, bpu)
+        out.append(write_report(est, structure(m), os.path.join(result_dir, m.name), is_debug_build(m)))
+    return out

@@ -1,0 +1,268 @@
+"""The layers of a BPU subgraph, read off its ONNX piece: OPs, shapes, DDR bytes.
+
+A piece is a QDQ graph: each compute node reads DequantizeLinear outputs and
+feeds QuantizeLinear nodes. On the BPU those are not layers of their own (the
+requantization is part of the op), so the tensors the hardware really moves
+are looked up *through* them: a layer reads the int8 tensor behind a
+DequantizeLinear (its weights are the int8/int32 initializers behind one) and
+writes the tensor its QuantizeLinear makes (int8), or its own output where no
+QuantizeLinear follows (an int32 tail).
+
+The BPU type name and the unit a layer runs on come from the op table
+(bpuemu.host.optable); the OPs formulas are in ``OPS_FORMULAS``, keyed by ONNX
+op type (see bpuemu.host.tools.perf.x5 for the whole cost model).
+"""
+from dataclasses import asdict, dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import onnx
+from onnx import numpy_helper
+
+from bpuemu.host.optable import BPU_OPS
+from bpuemu.host.tools.perf.x5 import X5Bpu, align
+from bpuemu.host.tools.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
+
+Shape = Tuple[int, ...]
+
+
+@dataclass
+class Layer:
+    name: str
+    op_type: str
+    bpu_type: str
+    unit: str
+    ops: int
+    aligned_ops: int
+    output_shape: Shape
+    aligned_output_shape: Shape
+    loaded_bytes: int = 0
+    stored_bytes: int = 0
+    weight_bytes: int = 0
+    fused_into: str = ""
+    compute_us: float = 0.0
+    load_store_us: float = 0.0
+    latency_us: float = 0.0
+    start_us: float = 0.0
+    end_us: float = 0.0
+
+    def as_dict(self) -> dict:
+        d = asdict(self)
+        d["output_shape"] = list(self.output_shape)
+        d["aligned_output_shape"] = list(self.aligned_output_shape)
+        return d
+
+
+def _prod(shape: Sequence[int]) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+
+
+# --- OPs formulas ------------------------------------------------------------------
+
+@dataclass
+class NodeShapes:
+    inputs: List[Shape]
+    output: Shape
+    weights: Dict[int, np.ndarray] = field(default_factory=dict)   # input index -> constant
+
+
+#: What a formula returns: the OPs, and for MAC-array ops the (output, input)
+#: channel counts whose padding inflates the work (None: the output's padding).
+Ops = Tuple[int, Optional[Tuple[int, int]]]
+
+
+def _conv_ops(node, s: NodeShapes) -> Ops:
+    w = s.inputs[1]                      # (Cout, Cin/group, kH, kW)
+    cout, cin_g = w[0], w[1]
+    macs = _prod(s.output) * cin_g * _prod(w[2:])
+    return 2 * macs, (cout, cin_g)
+
+
+def _conv_transpose_ops(node, s: NodeShapes) -> Ops:
+    x, w = s.inputs[0], s.inputs[1]      # x (N, Cin, H, W), w (Cin, Cout/group, kH, kW)
+    macs = _prod(x) * w[1] * _prod(w[2:])
+    group = int(attribute(node, "group", 1))
+    return 2 * macs, (w[1] * group, x[1] // max(group, 1))
+
+
+def _gemm_ops(node, s: NodeShapes) -> Ops:
+    a = s.inputs[0]
+    k = a[0] if attribute(node, "transA", 0) else a[-1]
+    m, n = s.output[0], s.output[1]
+    return 2 * m * n * k, (n, k)
+
+
+def _matmul_ops(node, s: NodeShapes) -> Ops:
+    k = s.inputs[0][-1]
+    n = s.output[-1] if len(s.output) else 1
+    return 2 * _prod(s.output) * k, (n, k)
+
+
+def _pool_ops(node, s: NodeShapes) -> Ops:
+    kernel = attribute(node, "kernel_shape", []) or []
+    return _prod(s.output) * max(_prod(kernel), 1), None
+
+
+def _input_elements(node, s: NodeShapes) -> Ops:
+    return (_prod(s.inputs[0]) if s.inputs else _prod(s.output)), None
+
+
+def _output_elements(node, s: NodeShapes) -> Ops:
+    return _prod(s.output), None
+
+
+#: op type -> (node, shapes) -> Ops; any other op: its output elements
+OPS_FORMULAS: Dict[str, Callable[[onnx.NodeProto, NodeShapes], Ops]] = {
+    "Conv": _conv_ops,
+    "ConvTranspose": _conv_transpose_ops,
+    "Gemm": _gemm_ops,
+    "MatMul": _matmul_ops,
+    "MaxPool": _pool_ops,
+    "AveragePool": _pool_ops,
+    "GlobalAveragePool": _input_elements,
+    "GlobalMaxPool": _input_elements,
+    "ReduceMean": _input_elements,
+}
+
+
+def aligned_shape(shape: Shape, channel_align: int) -> Shape:
+    """The BPU's view of an output: NHWC with C padded (4-D), last dim padded otherwise."""
+    if len(shape) == 4:
+        n, c, h, w = shape
+        return (n, h, w, align(c, channel_align))
+    if len(shape) >= 1:
+        return tuple(shape[:-1]) + (align(shape[-1], channel_align),)
+    return tuple(shape)
+
+
+# --- the piece --------------------------------------------------------------------
+
+class _Piece:
+    def __init__(self, model: onnx.ModelProto):
+        g = model.graph
+        self.vis = piece_tensors(model)
+        self.inits = {t.name: t for t in g.initializer}
+        self.graph_inputs = {i.name for i in g.input if i.name not in self.inits}
+        self.graph_outputs = {o.name for o in g.output}
+        self.producer = {o: n for n in g.node for o in n.output if o}
+        self.consumers: Dict[str, List[onnx.NodeProto]] = {}
+        for n in g.node:
+            for i in n.input:
+                if i:
+                    self.consumers.setdefault(i, []).append(n)
+        self.nodes = list(g.node)
+
+    def behind_dq(self, t: str) -> str:
+        p = self.producer.get(t)
+        return p.input[0] if p is not None and p.op_type == DQ else t
+
+    def after_q(self, t: str) -> str:
+        cons = self.consumers.get(t, [])
+        if cons and all(c.op_type == Q for c in cons) and t not in self.graph_outputs:
+            return cons[0].output[0]
+        return t
+
+    def compute_readers(self, t: str) -> List[onnx.NodeProto]:
+        """The non-Q/DQ nodes reading ``t``, looking through DequantizeLinear."""
+        out = []
+        for c in self.consumers.get(t, []):
+            if c.op_type == DQ:
+                out.extend(n for n in self.consumers.get(c.output[0], []) if n.op_type not in (Q, DQ))
+            elif c.op_type != Q:
+                out.append(c)
+        return out
+
+    def nbytes(self, t: str) -> int:
+        if t in self.inits:
+            return int(numpy_helper.to_array(self.inits[t]).nbytes)
+        vi = self.vis.get(t)
+        if vi is None:
+            return 0
+        return _prod(value_shape(vi)) * np_dtype(vi.type.tensor_type.elem_type).itemsize
+
+    def shape(self, t: str) -> Shape:
+        if t in self.inits:
+            return tuple(self.inits[t].dims)
+        vi = self.vis.get(t)
+        return value_shape(vi) if vi is not None else ()
+
+
+def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu) -> List[Layer]:
+    """The layers of one BPU subgraph piece, costed with ``bpu`` (start/end filled in order)."""
+    p = _Piece(model)
+    layers: List[Layer] = []
+    by_output: Dict[str, Layer] = {}          # real output tensor -> layer that makes it
+    loaded: set = set()
+    clock = 0.0
+    for node in p.nodes:
+        if node.op_type in (Q, DQ):
+            continue
+        op = BPU_OPS.get(node.op_type)
+        bpu_type = op.bpu_type if op else node.op_type
+        unit = op.unit if op else "vector"
+        real_in = [p.behind_dq(i) if i else "" for i in node.input]
+        shapes = NodeShapes([p.shape(i) if i else () for i in node.input], p.shape(node.output[0]))
+        formula = OPS_FORMULAS.get(node.op_type, _output_elements)
+        ops, channels = formula(node, shapes)
+        if unit == "view":
+            ops = 0
+        out_shape = shapes.output
+        al_shape = aligned_shape(out_shape, bpu.channel_align)
+        if channels is not None:
+            a = bpu.channel_align
+            pad = (align(channels[0], a) / max(channels[0], 1)) * (align(channels[1], a) / max(channels[1], 1))
+        else:
+            pad = _prod(al_shape) / max(_prod(out_shape), 1)
+        layer = Layer(node.name, node.op_type, bpu_type, unit, int(ops), int(round(ops * pad)), out_shape, al_shape)
+
+        # Fusion: a passive op with the BPU type of the one layer feeding it (the Relu after a Conv)
+        # runs in that layer's output stage, when nothing else reads that layer's output.
+        src_tensor = next((r for r in real_in if r in by_output), None)
+        if op is not None and not op.active and src_tensor is not None:
+            src = by_output[src_tensor]
+            if src.bpu_type == bpu_type and not src.fused_into and len(p.compute_readers(src_tensor)) == 1:
+                layer.fused_into = src.name
+
+        for r, orig in zip(real_in, node.input):
+            if not r:
+                continue
+            if r in p.inits:
+                size = p.nbytes(r)
+                layer.weight_bytes += size
+                layer.loaded_bytes += size
+            elif r in p.graph_inputs:
+                if r not in loaded:
+                    layer.loaded_bytes += p.nbytes(r)
+                    loaded.add(r)
+            elif not layer.fused_into and p.nbytes(r) > bpu.sram_bytes:
+                layer.loaded_bytes += p.nbytes(r)           # spilled intermediate
+        for o in node.output:
+            real = p.after_q(o)
+            by_output[real] = layer
+            if real in p.graph_outputs or o in p.graph_outputs:
+                layer.stored_bytes += p.nbytes(real)
+            elif p.nbytes(real) > bpu.sram_bytes:
+                layer.stored_bytes += p.nbytes(real)        # spilled intermediate
+
+        compute = 0.0 if layer.fused_into else bpu.compute_cycles(unit, layer.aligned_ops)
+        memory = bpu.memory_cycles(layer.loaded_bytes + layer.stored_bytes)
+        cycles = max(compute, memory)
+        layer.compute_us, layer.load_store_us, layer.latency_us = bpu.us(compute), bpu.us(memory), bpu.us(cycles)
+        layer.start_us = bpu.us(clock)
+        clock += cycles
+        layer.end_us = bpu.us(clock)
+        layers.append(layer)
+    return layers
+
+
+def io_tensors(model: onnx.ModelProto) -> Tuple[List[dict], List[dict]]:
+    """The subgraph's inputs and outputs: name, shape, dtype, bytes."""
+    p = _Piece(model)
+    g = model.graph
+
+    def desc(name):
+        vi = p.vis[name]
+        return {"name": name, "shape": list(value_shape(vi)), "dtype": np_dtype(vi.type.tensor_type.elem_type).name,
+                "bytes": p.nbytes(name)}
+
+    return [desc(i.name) for i in g.input if i.name not in p.inits], [desc(o.name) for o in g.output]
