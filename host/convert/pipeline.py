@@ -52,6 +52,8 @@ class ConvertJob:
     force_bpu: Sequence[str] = ()
     softmax_on_bpu: bool = False
     output_nodes: Sequence[str] = ()
+    remove_node_type: Sequence[str] = ()
+    remove_node_name: Sequence[str] = ()
     max_calibration_samples: int = 0
     debug_dump_calibration: bool = False
     build_info: model_pb2.BuildInfo = field(default_factory=model_pb2.BuildInfo)
@@ -230,7 +232,20 @@ def run(job: ConvertJob) -> Artifacts:
     compiled = compile_model(quantized, job.output_model_file_prefix, specs, force_cpu=sorted(placement.cpu_nodes),
                              force_bpu=sorted(placement.bpu_nodes),
                              build_info=job.build_info, march=job.march)
-    sha = write_bin(paths["bin"], [compiled.model], compiled.blobs)
+    model, blobs = compiled.model, compiled.blobs
+    if job.remove_node_type or job.remove_node_name:
+        from bpuemu.host.tools.modifier import modify
+
+        model, blobs, removed = modify(model, blobs, job.remove_node_name, job.remove_node_type)
+        for r in removed:
+            log.info("removed node %s (remove_node_type/remove_node_name)", getattr(r, "name", r))
+    try:
+        from bpuemu.host.tools.perf.estimate import estimate_line
+
+        log.info(estimate_line(model, blobs))
+    except BpuEmuError as exc:
+        log.warning("no static performance estimate: %s", exc)
+    sha = write_bin(paths["bin"], [model], blobs)
     log.info("Convert to runtime bin file successfully!")
     log.info("End Model Convert (%.1f s)", time.time() - t_start)
     return Artifacts(paths["original"], paths["optimized"], paths["calibrated"], paths["quantized"], paths["bin"],

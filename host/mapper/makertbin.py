@@ -103,6 +103,8 @@ def job_from_config(cfg) -> ConvertJob:
         force_bpu=[n for n, i in node_info.items() if i.on == "BPU"],
         softmax_on_bpu=cfg.calibration.optimization.softmax_int8,
         output_nodes=cfg.model.output_nodes,
+        remove_node_type=cfg.model.remove_node_type,
+        remove_node_name=cfg.model.remove_node_name,
         debug_dump_calibration=cfg.model.debug_mode == "dump_calibration_data",
         build_info=_build_info(cfg),
     )

@@ -226,3 +226,29 @@ def test_hb_mapper_infer_writes_float_bins(tmp_path):
     assert run.returncode == 0, run.stderr
     out = np.fromfile(tmp_path / "inf" / "prob_float.bin", dtype=np.float32)
     assert out.shape == (10,) and abs(out.sum() - 1) < 1e-3
+
+
+def test_remove_node_type_in_the_yaml_strips_the_tail(tmp_path):
+    import yaml
+
+    from bpuemu.common.proto import model_pb2
+
+    cfg, _ = sample_project(tmp_path, "rgb", "NHWC", samples=3)
+    doc = yaml.safe_load(open(cfg))
+    doc["model_parameters"]["remove_node_type"] = "Softmax;Dequantize"
+    yaml.safe_dump(doc, open(cfg, "w"))
+    art = makertbin_from_config(cfg)
+    model = read_bin(art.bin).model()
+    assert list(model.build_info.deleted_nodes) == ["Softmax_prob", "logits_DequantizeLinear_HzDequantize"]
+    out = model.outputs[0]
+    assert out.tensor_type == model_pb2.HB_DNN_TENSOR_TYPE_S8 and out.quanti_type == model_pb2.SCALE
+    rt_ = Runtime()
+    rt_.load(art.bin)
+    x = random_rt_input(model.input_specs[0], np.random.default_rng(0))
+    raw = rt_.model().run([x])[0]
+    assert raw.dtype == np.int8
+    # The raw logits, dequantized with the reported scale, are what the quantized model's Softmax reads.
+    logits = (raw.astype(np.float32) - out.zero_point_data[0]) * np.float32(out.scale_data[0])
+    probs = HB_ONNXRuntime(art.quantized).run(None, {"data": to_model_input(x, model.input_specs[0])})[0]
+    e = np.exp(logits - logits.max())
+    np.testing.assert_allclose(e / e.sum(), probs, rtol=1e-5, atol=1e-6)
