@@ -52,6 +52,9 @@ class ConvertJob:
     force_bpu: Sequence[str] = ()
     softmax_on_bpu: bool = False
     output_nodes: Sequence[str] = ()
+    input_batch: int = 1
+    layer_out_dump: bool = False
+    optimize_level: str = "O3"
     remove_node_type: Sequence[str] = ()
     remove_node_name: Sequence[str] = ()
     max_calibration_samples: int = 0
@@ -175,7 +178,7 @@ def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
 
 
 def run(job: ConvertJob) -> Artifacts:
-    from bpuemu.host.compiler.partition import compile_model
+    from bpuemu.host.convert.compile_stage import compile_for_board
     from bpuemu.host.placement import place
     from bpuemu.host import quant
 
@@ -229,10 +232,10 @@ def run(job: ConvertJob) -> Artifacts:
             log.warning("output %s has cosine similarity %.4f < 0.99: expect an accuracy loss "
                         "(try calibration_type / per_channel, node_info int16, or run_on_cpu on the tail)", name, c)
 
-    compiled = compile_model(quantized, job.output_model_file_prefix, specs, force_cpu=sorted(placement.cpu_nodes),
-                             force_bpu=sorted(placement.bpu_nodes),
-                             build_info=job.build_info, march=job.march)
-    model, blobs = compiled.model, compiled.blobs
+    model, blobs, _ = compile_for_board(
+        quantized, job.output_model_file_prefix, specs, working_dir=job.working_dir,
+        force_cpu=placement.cpu_nodes, force_bpu=placement.bpu_nodes, build_info=job.build_info, march=job.march,
+        input_batch=job.input_batch, layer_out_dump=job.layer_out_dump, optimize_level=job.optimize_level)
     if job.remove_node_type or job.remove_node_name:
         from bpuemu.host.tools.modifier import modify
 
