@@ -165,7 +165,11 @@ def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
         return []
     trains = {ji.pre.name: (ji.pre.input_type_train, ji.pre.input_layout_train) for ji in job.inputs}
     feeds = []
+    total = min(len(os.listdir(cal[0].cal_data_dir)), job.max_calibration_samples or 1 << 30)
+    step = max(1, total // 10)
     for i, sample in enumerate(iter_samples(cal, job.max_calibration_samples)):
+        if (i + 1) % step == 0 or i + 1 == total:
+            log.info("calibration data: %d/%d sample(s) read", i + 1, total)
         feed = to_model_inputs(sample, specs, trains)
         if job.debug_dump_calibration:
             for name, arr in feed.items():

@@ -252,3 +252,26 @@ def test_remove_node_type_in_the_yaml_strips_the_tail(tmp_path):
     probs = HB_ONNXRuntime(art.quantized).run(None, {"data": to_model_input(x, model.input_specs[0])})[0]
     e = np.exp(logits - logits.max())
     np.testing.assert_allclose(e / e.sum(), probs, rtol=1e-5, atol=1e-6)
+
+
+def test_preprocess_on_reads_images_and_output_nodes_cuts_the_model(tmp_path):
+    import yaml
+    from PIL import Image
+
+    cfg, _ = sample_project(tmp_path, "nv12", samples=1)
+    imgs = tmp_path / "images"
+    imgs.mkdir()
+    rng = np.random.default_rng(4)
+    for i in range(4):  # 48x40 JPEGs: resized to the 32x32 input by the tool
+        Image.fromarray(text_image(40, 48, rng)).save(imgs / f"{i}.jpg")
+    doc = yaml.safe_load(open(cfg))
+    doc["calibration_parameters"].update({"cal_data_dir": str(imgs), "preprocess_on": True})
+    doc["calibration_parameters"].pop("cal_data_type", None)
+    doc["model_parameters"]["output_nodes"] = "Gemm_fc"
+    yaml.safe_dump(doc, open(cfg, "w"))
+    run = _mapper(["makertbin", "--config", cfg, "--model-type", "onnx"], tmp_path)
+    assert run.returncode == 0, run.stderr
+    assert "calibration data: 4/4 sample(s) read" in run.stderr
+    model = read_bin(str(tmp_path / "model_output" / "sample.bin")).model()
+    assert [o.name for o in model.outputs] == ["logits"]  # cut at Gemm_fc: no Softmax
+    assert not any(s.name == "Softmax_prob" for s in model.plan)
