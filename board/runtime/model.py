@@ -112,16 +112,23 @@ def _build_step(spec, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_
     raise InvalidModelFile(f"step '{spec.name}' has unknown kind {spec.kind}; is the runtime older than the model?")
 
 
-class LoadedModel:
-    """One model of a `.bin`, ready to run."""
+class ModelDescription:
+    """What the manifest says about a model's interface: name, tensor properties, tensor names."""
 
-    def __init__(self, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int = 1):
+    def __init__(self, model: model_pb2.Model):
         self.model = model
         self.name = model.name
         self.input_properties = list(model.inputs)
         self.output_properties = list(model.outputs)
         self.input_names = [p.name for p in model.inputs]
         self.output_names = [p.name for p in model.outputs]
+
+
+class LoadedModel(ModelDescription):
+    """One model of a `.bin`, ready to run."""
+
+    def __init__(self, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int = 1):
+        super().__init__(model)
         self.steps: List[Step] = [_build_step(s, model, blobs, intra_op_threads) for s in model.plan]
         self._output_tensors = list(model.output_tensors) or self.output_names
 

@@ -23,26 +23,19 @@ import onnx
 from onnx import helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
+from bpuemu.host.quant.graph import convert_opset, default_opset
 
 log = logging.getLogger("bpuemu.host.convert")
 
 MIN_OPSET = 13
 
 
-def default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
 def raise_opset(model: onnx.ModelProto, target: int = MIN_OPSET) -> onnx.ModelProto:
-    if default_opset(model) >= target:
-        return model
-    from onnx import version_converter
-
-    try:
-        converted = version_converter.convert_version(model, target)
-    except Exception as exc:  # the converter raises several internal types
-        raise InvalidInput(f"cannot convert the model from opset {default_opset(model)} to {target}: {exc}") from None
-    log.info("converted opset %d -> %d", default_opset(model), target)
+    """The model at opset ``target`` at least (the same converter the quantizer uses)."""
+    before = default_opset(model)
+    converted = convert_opset(model, target)
+    if converted is not model:
+        log.info("converted opset %d -> %d", before, target)
     return converted
 
 
