@@ -9,8 +9,15 @@ for bit.
     with open_backend(["m.bin"], board="127.0.0.1:9473") as be:
         h = be.model("")                # the only model, or by name
         result = h.infer([x])
+
+A third transport, SSH (run the board's own hrt_model_exec over SSH), lives on
+the host side because it needs paramiko; it plugs in through the
+``bpuemu.transports`` entry point group (``ssh = "bpuemu.host.clients.ssh:
+SshBackend"``), so a board install neither imports nor needs it.
 """
+import platform
 import time
+from dataclasses import dataclass
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
@@ -19,19 +26,12 @@ from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.client import BoardClient, InferResult
 from bpuemu.board.runtime import LoadedModel, Runtime
+from bpuemu.board.runtime.model import ModelDescription
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport, run_perf
 
 
-class ModelHandle:
+class ModelHandle(ModelDescription):
     """A model ready to infer and perf, wherever it runs."""
-
-    def __init__(self, model: model_pb2.Model):
-        self.model = model
-        self.name = model.name
-        self.input_properties = list(model.inputs)
-        self.output_properties = list(model.outputs)
-        self.input_names = [p.name for p in model.inputs]
-        self.output_names = [p.name for p in model.outputs]
 
     def infer(self, inputs: Sequence[np.ndarray], frame_count: int = 1, dump_intermediate: bool = False) -> InferResult:
         raise NotImplementedError
@@ -75,11 +75,34 @@ class RemoteModel(ModelHandle):
         return self.client.perf(self.sha, self.name, config, list(inputs), progress=progress)
 
 
+@dataclass(frozen=True)
+class Platform:
+    """What decides bit-exactness across machines: CPU arch and onnxruntime version."""
+
+    arch: str
+    onnxruntime_version: str
+
+    def __str__(self) -> str:
+        return f"{self.arch}, onnxruntime {self.onnxruntime_version}"
+
+
+def local_platform() -> Platform:
+    from bpuemu.board.convert import onnxruntime_version
+
+    return Platform(platform.machine(), onnxruntime_version())
+
+
 class Backend:
     description = ""
+    load_ms = 0.0
 
     def __init__(self):
         self.models: Dict[str, ModelHandle] = {}
+
+    @property
+    def platform(self) -> Platform:
+        """Where the models run (this machine for the local runtime)."""
+        return local_platform()
 
     @property
     def model_names(self) -> List[str]:
@@ -113,12 +136,10 @@ class Backend:
 
 class LocalBackend(Backend):
     def __init__(self, model_files: Sequence[str], intra_op_threads: int = 1):
-        import platform
-
         super().__init__()
         self.runtime = Runtime(intra_op_threads)
         self.load_ms = self._timed_load(model_files)
-        self.description = f"local runtime ({platform.machine()})"
+        self.description = f"local runtime ({self.platform})"
 
     def _timed_load(self, files) -> float:
         t0 = time.perf_counter()
@@ -129,9 +150,10 @@ class LocalBackend(Backend):
 
 
 class RemoteBackend(Backend):
-    def __init__(self, target: str, model_files: Sequence[str], token: Optional[str] = None):
+    def __init__(self, target: str, model_files: Sequence[str], token: Optional[str] = None, tls=None):
         super().__init__()
-        self.client = BoardClient(target, token=token, client_name="hrt_model_exec")
+        # tls: a bpuemu.board.security.TlsConfig, or None (then BPUEMU_TLS_*, else plain TCP)
+        self.client = BoardClient(target, token=token, client_name="hrt_model_exec", tls=tls)
         try:
             info = self.client.info
             self.description = f"board {self.client.target} ({info.arch}, bpuemu {info.daemon_version})"
@@ -145,12 +167,63 @@ class RemoteBackend(Backend):
             self.client.close()
             raise
 
+    @property
+    def platform(self) -> Platform:
+        info = self.client.info
+        return Platform(info.arch, info.onnxruntime_version)
+
     def close(self) -> None:
         self.client.close()
 
 
-def open_backend(model_files: Sequence[str], board: Optional[str] = None, token: Optional[str] = None) -> Backend:
+@dataclass
+class SshOptions:
+    """How to reach a board over SSH (the ``ssh`` transport plugin's options).
+
+    ``target`` is ``[user@]host[:port]``; the user defaults to root and the
+    port to 22. Host keys are checked against ``known_hosts``; an unknown key
+    is refused unless ``accept_new_host_key`` (then it is recorded there).
+    """
+
+    target: str
+    password: Optional[str] = None
+    identity: Optional[str] = None
+    known_hosts: Optional[str] = None  # None: ~/.ssh/known_hosts
+    accept_new_host_key: bool = False
+    remote_command: str = "hrt_model_exec"
+    user: Optional[str] = None  # overrides a user given in target
+    connect_timeout_s: float = 10.0  # connect, authenticate, and each SFTP operation
+    command_timeout_s: float = 300.0  # each remote command (perf adds its run time)
+    remote_tmp: str = "/tmp"  # where the per-session work dir is made on the board
+
+
+#: Entry point group where host packages register extra transports.
+TRANSPORT_GROUP = "bpuemu.transports"
+
+
+def load_transport(name: str):
+    """The Backend class registered as transport ``name`` (e.g. "ssh")."""
+    from importlib.metadata import entry_points
+
+    eps = entry_points()
+    group = eps.select(group=TRANSPORT_GROUP) if hasattr(eps, "select") else eps.get(TRANSPORT_GROUP, [])
+    hint = "install the host side: pip install 'bpuemu[host]' (paramiko)"
+    found = [ep for ep in group if ep.name == name]
+    if not found:
+        raise InvalidInput(f"the {name} transport is not installed here", hint=hint)
+    try:
+        return found[0].load()
+    except ImportError as exc:
+        raise InvalidInput(f"the {name} transport cannot be loaded: {exc}", hint=hint) from None
+
+
+def open_backend(model_files: Sequence[str], board: Optional[str] = None, token: Optional[str] = None,
+                 ssh: Optional[SshOptions] = None, tls=None) -> Backend:
     files = [f for f in model_files if f]
     if not files:
         raise InvalidInput("no model file given", hint="pass --model_file FILE.bin")
-    return RemoteBackend(board, files, token) if board else LocalBackend(files)
+    if ssh is not None:
+        if board:
+            raise InvalidInput("give either --board (gRPC) or --ssh, not both")
+        return load_transport("ssh")(ssh, files)
+    return RemoteBackend(board, files, token, tls) if board else LocalBackend(files)

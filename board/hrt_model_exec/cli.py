@@ -3,11 +3,14 @@
     hrt_model_exec model_info --model_file m.bin
     hrt_model_exec infer --model_file m.bin --input_file img.jpg [--board HOST:PORT]
     hrt_model_exec perf  --model_file m.bin --thread_num 2 --frame_count 200 --profile_path .
+    hrt_model_exec infer --model_file m.bin --ssh root@board[:22] --identity ~/.ssh/id_ed25519
 
 Flags are the real tool's, spelled the same way (``--model_file=a.bin,b.bin``).
-Without --board the runtime runs in this process: on a board that is the
-board itself, on a host it is the x86 simulator.
+Without --board or --ssh the runtime runs in this process: on a board that is
+the board itself, on a host it is the x86 simulator. --ssh needs the host
+install (the SSH transport is a plugin, see bpuemu.board.backends).
 """
+import functools
 import os
 import sys
 
@@ -43,9 +46,47 @@ def model_options(f):
         click.option("--board", default="", metavar="HOST:PORT", help="Run on the hrt_boardd at HOST:PORT instead of in-process."),
         click.option("--token-file", "token_file", default="", help="Token for a board that requires one (or set BPUEMU_TOKEN)."),
     ]
+    f = ssh_options(f)  # listed after the options above
     for opt in reversed(opts):
         f = opt(f)
     return f
+
+
+def ssh_options(f):
+    """--ssh and its companions, gathered into one ``ssh`` argument (SshOptions or None)."""
+
+    @functools.wraps(f)
+    def wrapper(*args, ssh, password, identity, known_hosts, accept_new_host_key, remote_command, **kwargs):
+        if ssh:
+            from bpuemu.board.backends import SshOptions
+
+            kwargs["ssh"] = SshOptions(target=ssh, password=password or None, identity=identity or None,
+                                       known_hosts=known_hosts or None, accept_new_host_key=accept_new_host_key,
+                                       remote_command=remote_command)
+        else:
+            for flag, value in (("--identity", identity), ("--known-hosts", known_hosts),
+                                ("--accept-new-host-key", accept_new_host_key)):
+                if value:
+                    raise click.UsageError(f"{flag} only applies with --ssh")
+            kwargs["ssh"] = None
+        return f(*args, **kwargs)
+
+    opts = [
+        click.option("--ssh", default="", metavar="USER@HOST[:PORT]",
+                     help="Run on a board over SSH (port 22 by default): upload the model, run hrt_model_exec there."),
+        click.option("-p", "--password", default="", envvar="BPUEMU_SSH_PASSWORD",
+                     help="SSH password (or set BPUEMU_SSH_PASSWORD); omit for key authentication."),
+        click.option("--identity", default="", metavar="FILE", help="SSH private key file."),
+        click.option("--known-hosts", "known_hosts", default="", metavar="FILE",
+                     help="known_hosts file checked for the board's host key [default: ~/.ssh/known_hosts]."),
+        click.option("--accept-new-host-key", "accept_new_host_key", is_flag=True,
+                     help="Trust and record a board host key that known_hosts lacks (a changed key is always refused)."),
+        click.option("--remote-command", "remote_command", default="hrt_model_exec", show_default=True,
+                     help="How to run hrt_model_exec on the board."),
+    ]
+    for opt in reversed(opts):
+        wrapper = opt(wrapper)
+    return wrapper
 
 
 def input_options(f):
@@ -57,10 +98,10 @@ def input_options(f):
     return f
 
 
-def _open(model_file, board, token_file):
+def _open(model_file, board, token_file, ssh=None):
     from bpuemu.board.backends import open_backend
 
-    return open_backend(_split(model_file), board=board or None, token=_token(token_file) or None)
+    return open_backend(_split(model_file), board=board or None, token=_token(token_file) or None, ssh=ssh)
 
 
 def _inputs(handle, input_file):
@@ -78,11 +119,11 @@ def cli():
 
 @cli.command("model_info")
 @model_options
-def model_info(model_file, model_name, core_id, board, token_file):
+def model_info(model_file, model_name, core_id, board, token_file, ssh):
     """Print input and output tensor properties."""
     from bpuemu.board.hrt_model_exec.report import model_info_text
 
-    with _open(model_file, board, token_file) as be:
+    with _open(model_file, board, token_file, ssh) as be:
         handles = [be.model(model_name)] if model_name else [be.models[n] for n in be.model_names]
         click.echo(model_info_text([h.model for h in handles], be.description, be.load_ms))
 
@@ -98,13 +139,13 @@ def model_info(model_file, model_name, core_id, board, token_file):
 @click.option("--dump_intermediate", default=0, show_default=True, type=click.IntRange(0, 3),
               help="Dump every step's inputs and outputs: 1 bin, 2/3 bin and txt.")
 @click.option("--dump_path", default=".", show_default=True, type=click.Path(file_okay=False), help="Where dumps go.")
-def infer(model_file, model_name, core_id, board, token_file, input_file, frame_count, enable_dump, dump_format,
+def infer(model_file, model_name, core_id, board, token_file, ssh, input_file, frame_count, enable_dump, dump_format,
           dump_precision, dump_txt_axis, dump_intermediate, dump_path):
     """Run inference on the given inputs (random ones when none are given)."""
     from bpuemu.board.hrt_model_exec import dump
     from bpuemu.board.hrt_model_exec.report import infer_text
 
-    with _open(model_file, board, token_file) as be:
+    with _open(model_file, board, token_file, ssh) as be:
         h = be.model(model_name)
         inputs = _inputs(h, input_file)
         if not inputs:
@@ -132,13 +173,13 @@ def infer(model_file, model_name, core_id, board, token_file, input_file, frame_
 @click.option("--perf_time", default=0.0, show_default=True, type=click.FloatRange(0), help="Run this many minutes (0: use frame_count).")
 @click.option("--thread_num", default=1, show_default=True, type=click.IntRange(1, 8), help="Threads running frames.")
 @click.option("--profile_path", default="", help="Directory for profiler.log and profiler.csv (off when empty).")
-def perf(model_file, model_name, core_id, board, token_file, input_file, frame_count, perf_time, thread_num, profile_path):
+def perf(model_file, model_name, core_id, board, token_file, ssh, input_file, frame_count, perf_time, thread_num, profile_path):
     """Measure latency and frame rate on the board itself."""
     from bpuemu.board.runtime.perf import PerfConfig
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
                         core_id=core_id, profile=bool(profile_path))
-    with _open(model_file, board, token_file) as be:
+    with _open(model_file, board, token_file, ssh) as be:
         h = be.model(model_name)
         inputs = _inputs(h, input_file)
         with _progress(frame_count if perf_time == 0 else 0) as progress:

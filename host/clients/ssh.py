@@ -1,0 +1,585 @@
+"""The SSH transport: run the board's own hrt_model_exec over SSH (paramiko).
+
+    opts = SshOptions("root@board:22", identity="~/.ssh/id_ed25519")
+    with SshBackend(opts, ["m.bin"]) as be:
+        result = be.model().infer([x])
+
+``SshBackend`` implements the Backend/ModelHandle interface of
+bpuemu.board.backends, so ``hrt_model_exec --ssh`` and ``hb_verifier --ssh``
+use it exactly like the local runtime or a gRPC board. It is registered as the
+``ssh`` entry point of the ``bpuemu.transports`` group; the board looks it up
+there and never imports this module (or paramiko).
+
+What happens on the board, in order:
+
+1. connect; the board's host key must be in known_hosts (an unknown key is
+   recorded there only with ``accept_new_host_key``; a changed key is always
+   refused); authenticate with a password or a key (with neither: the SSH
+   agent and ~/.ssh keys, as ssh does);
+2. SFTP: make a fresh work dir ``<remote_tmp>/bpuemu-ssh-<random>`` (mode
+   0700) and upload each model file into it, once per session;
+3. per call: upload the inputs as .npy files into ``call-<n>/``, run
+   ``<remote command> infer --model_file ... --input_file ... --enable_dump true
+   --dump_format bin [--dump_intermediate 1] --dump_path call-<n>/out`` in the
+   work dir, read the dumped tensors back (dtype and shape from the `.bin`
+   manifest), and remove ``call-<n>/``; ``perf`` runs ``<remote command> perf``
+   and parses its console block and profiler files; the board's arch and
+   onnxruntime version come from ``<remote command> model_info``;
+4. close: remove the work dir (by SFTP).
+
+Every step has a deadline (connect and authentication, each SFTP operation,
+each command) and every failure becomes one BpuEmuError that names the board:
+unreachable, authentication refused, host key unknown or changed, no
+hrt_model_exec there, connection lost mid-run, the remote tool's own error.
+"""
+import base64
+import contextlib
+import hashlib
+import io
+import logging
+import os
+import posixpath
+import re
+import secrets
+import select
+import shlex
+import socket
+import stat
+import time
+from dataclasses import dataclass
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import paramiko
+from paramiko.ssh_exception import NoValidConnectionsError
+
+from bpuemu.common.container import BinFile, read_bin
+from bpuemu.common.errors import (
+    BoardUnavailable,
+    BpuEmuError,
+    DeadlineExceeded,
+    IncompatibleVersion,
+    InvalidInput,
+    NotFound,
+    PermissionDenied,
+    Unauthenticated,
+)
+from bpuemu.common.proto import model_pb2
+from bpuemu.common.tensor import NUMPY_DTYPE
+from bpuemu.common.wire import join_target, split_target
+from bpuemu.board.backends import Backend, ModelHandle, Platform, SshOptions
+from bpuemu.board.client import InferResult
+from bpuemu.board.hrt_model_exec.dump import safe
+from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+
+log = logging.getLogger(__name__)
+
+DEFAULT_SSH_PORT = 22
+DEFAULT_USER = "root"
+#: Seconds each frame may add to a command's deadline (per thread), beyond SshOptions.command_timeout_s.
+FRAME_BUDGET_S = 1.0
+
+
+@dataclass(frozen=True)
+class SshTarget:
+    user: str
+    host: str
+    port: int
+
+    @property
+    def address(self) -> str:
+        return join_target(self.host, self.port)
+
+    def __str__(self) -> str:
+        return f"{self.user}@{self.address}"
+
+
+def parse_target(target: str, user: Optional[str] = None) -> SshTarget:
+    """``[user@]host[:port]`` -> SshTarget (user root, port 22 by default)."""
+    user_part, _, hostport = (target or "").strip().rpartition("@")
+    try:
+        host, port = split_target(hostport, DEFAULT_SSH_PORT)
+    except ValueError as exc:
+        raise InvalidInput(f"bad SSH board address '{target}': {exc}", hint="use [USER@]HOST[:PORT], e.g. root@192.168.1.10") from None
+    return SshTarget(user or user_part or DEFAULT_USER, host, port)
+
+
+def fingerprint(key: paramiko.PKey) -> str:
+    """The key's SHA256 fingerprint as ssh-keygen -l prints it."""
+    digest = hashlib.sha256(key.asbytes()).digest()
+    return f"{key.get_name()} SHA256:{base64.b64encode(digest).decode().rstrip('=')}"
+
+
+class UnknownHostKey(PermissionDenied):
+    pass
+
+
+class _RefuseUnknown(paramiko.MissingHostKeyPolicy):
+    def __init__(self, known_hosts: str):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        raise UnknownHostKey(
+            f"the host key of board {hostname} ({fingerprint(key)}) is not in {self.known_hosts}; refusing to connect",
+            hint="check the fingerprint on the board (ssh-keygen -lf /etc/ssh/ssh_host_*_key.pub), "
+                 "then pass --accept-new-host-key to trust and record it",
+        )
+
+
+class _AcceptNew(paramiko.MissingHostKeyPolicy):
+    """Like ssh's StrictHostKeyChecking=accept-new: record an unknown key (a changed one is still refused)."""
+
+    def __init__(self, known_hosts: str):
+        self.known_hosts = known_hosts
+
+    def missing_host_key(self, client, hostname, key):
+        client.get_host_keys().add(hostname, key.get_name(), key)
+        directory = os.path.dirname(os.path.abspath(self.known_hosts))
+        os.makedirs(directory, mode=0o700, exist_ok=True)
+        fd = os.open(self.known_hosts, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        with os.fdopen(fd, "a") as f:
+            f.write(f"{hostname} {key.get_name()} {key.get_base64()}\n")
+        log.warning("Permanently added '%s' (%s) to the list of known hosts in %s.", hostname, fingerprint(key), self.known_hosts)
+
+
+@dataclass
+class CommandResult:
+    exit_status: int
+    stdout: str
+    stderr: str
+
+
+class SshSession:
+    """One SSH connection to a board: commands with deadlines, SFTP, a work dir."""
+
+    def __init__(self, options: SshOptions):
+        self.options = options
+        self.target = parse_target(options.target, options.user)
+        self.known_hosts = os.path.expanduser(options.known_hosts or "~/.ssh/known_hosts")
+        self.client = paramiko.SSHClient()
+        self.transport: Optional[paramiko.Transport] = None
+        self.sftp: Optional[paramiko.SFTPClient] = None
+        self.work_dir = ""
+        try:
+            self._connect()
+            with self.guard("opening SFTP"):
+                self.sftp = paramiko.SFTPClient.from_transport(self.transport)
+                self.sftp.get_channel().settimeout(options.connect_timeout_s)
+        except BaseException:
+            self.client.close()
+            raise
+
+    # -- connection --------------------------------------------------------
+    def _connect(self) -> None:
+        o, t = self.options, self.target
+        if os.path.exists(self.known_hosts):
+            try:
+                self.client.load_system_host_keys(self.known_hosts)
+            except (OSError, paramiko.SSHException) as exc:
+                raise InvalidInput(f"cannot read known_hosts file {self.known_hosts}: {exc}") from None
+        policy = _AcceptNew if o.accept_new_host_key else _RefuseUnknown
+        self.client.set_missing_host_key_policy(policy(self.known_hosts))
+        identity = os.path.expanduser(o.identity) if o.identity else None
+        if identity and not os.path.isfile(identity):
+            raise NotFound(f"identity file not found: {identity}")
+        explicit = bool(o.password or identity)
+        timeout = o.connect_timeout_s
+        try:
+            self.client.connect(
+                t.host, t.port, username=t.user, password=o.password or None, key_filename=identity,
+                look_for_keys=not explicit, allow_agent=not explicit, timeout=timeout, banner_timeout=timeout,
+                auth_timeout=timeout, channel_timeout=timeout,
+            )
+        except BpuEmuError:
+            raise
+        except paramiko.BadHostKeyException as exc:
+            raise PermissionDenied(
+                f"HOST KEY MISMATCH for board {t.address}: {self.known_hosts} has {fingerprint(exc.expected_key)}, "
+                f"the board presents {fingerprint(exc.key)}; refusing to connect (someone may be intercepting)",
+                hint=f"if the board was reinstalled, remove its old key: ssh-keygen -R '{exc.hostname}' -f {self.known_hosts}",
+            ) from None
+        except paramiko.PasswordRequiredException:
+            raise Unauthenticated(f"identity file {identity} is encrypted; bpuemu cannot ask for its passphrase",
+                                  hint="load it into ssh-agent and omit --identity, or use an unencrypted key") from None
+        except paramiko.AuthenticationException as exc:
+            how = "password" if o.password else ("key " + identity if identity else "the SSH agent and ~/.ssh keys")
+            raise Unauthenticated(f"board {t} refused SSH authentication with {how} ({exc})",
+                                  hint="check the user (-u), the password (-p) or the key (--identity)") from None
+        except socket.timeout:
+            raise BoardUnavailable(f"board {t.address} did not answer SSH within {timeout:.0f} s",
+                                   hint="check the address and that the board is up") from None
+        except NoValidConnectionsError as exc:
+            reason = "; ".join(sorted({e.strerror or str(e) for e in exc.errors.values()})) or "connection refused"
+            raise BoardUnavailable(f"board {t.address} is unreachable over SSH: {reason}",
+                                   hint="check the address and port, and that sshd runs on the board") from None
+        except socket.gaierror as exc:
+            raise BoardUnavailable(f"board host '{t.host}' cannot be resolved: {exc.strerror}") from None
+        except paramiko.SSHException as exc:
+            raise BoardUnavailable(f"board {t.address} did not complete the SSH handshake: {exc}",
+                                   hint="is this an SSH port?") from None
+        except (OSError, EOFError) as exc:
+            raise BoardUnavailable(f"board {t.address} is unreachable over SSH: {getattr(exc, 'strerror', None) or exc}") from None
+        self.transport = self.client.get_transport()
+        self.transport.set_keepalive(5)
+
+    @contextlib.contextmanager
+    def guard(self, what: str):
+        """Translate transport failures during ``what`` into one BpuEmuError."""
+        try:
+            yield
+        except BpuEmuError:
+            raise
+        except socket.timeout:
+            raise DeadlineExceeded(f"board {self.target} did not answer {what} within {self.options.connect_timeout_s:.0f} s",
+                                   hint="the board or its network may be overloaded") from None
+        except (paramiko.SSHException, EOFError, OSError) as exc:
+            if self.transport is None or not self.transport.is_active():
+                raise BoardUnavailable(f"the connection to board {self.target} was lost during {what}",
+                                       hint="the board may have rebooted or lost its network") from None
+            raise BoardUnavailable(f"board {self.target}: {what} failed: {getattr(exc, 'strerror', None) or exc}") from None
+
+    # -- commands ----------------------------------------------------------
+    def exec(self, command: str, what: str, timeout: Optional[float] = None) -> CommandResult:
+        """Run a shell command on the board; waits at most ``timeout`` seconds."""
+        timeout = timeout or self.options.command_timeout_s
+        deadline = time.monotonic() + timeout
+        with self.guard(what):
+            chan = self.transport.open_session(timeout=self.options.connect_timeout_s)
+        out: List[bytes] = []
+        err: List[bytes] = []
+        try:
+            with self.guard(what):
+                chan.exec_command(command)
+                while True:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise DeadlineExceeded(f"{what} on board {self.target} did not finish within {timeout:.0f} s",
+                                               hint="the board may be overloaded or the job too long")
+                    select.select([chan], [], [], min(remaining, 1.0))
+                    while chan.recv_ready():
+                        out.append(chan.recv(1 << 16))
+                    while chan.recv_stderr_ready():
+                        err.append(chan.recv_stderr(1 << 16))
+                    if chan.exit_status_ready() and not chan.recv_ready() and not chan.recv_stderr_ready():
+                        break
+                    if not self.transport.is_active():
+                        break
+        finally:
+            chan.close()
+        if not self.transport.is_active():
+            raise BoardUnavailable(f"the connection to board {self.target} was lost during {what}",
+                                   hint="the board may have rebooted, crashed or lost its network")
+        if chan.exit_status < 0:  # the channel closed without an exit status: killed by a signal
+            raise BoardUnavailable(f"the board {self.target} died during {what}: the remote process was killed",
+                                   hint="check the board's memory and kernel log (dmesg)")
+        return CommandResult(chan.exit_status, b"".join(out).decode(errors="replace"), b"".join(err).decode(errors="replace"))
+
+    def hrt_model_exec(self, args: Sequence[str], what: str, timeout: Optional[float] = None) -> CommandResult:
+        """Run the board's hrt_model_exec in the work dir; returns its result or raises its error."""
+        command = f"cd {shlex.quote(self.work_dir or '/')} && {self.options.remote_command} " + " ".join(shlex.quote(a) for a in args)
+        result = self.exec(command, what, timeout)
+        if result.exit_status == 0:
+            return result
+        lines = [line for line in result.stderr.splitlines() if line.strip()]
+        last = lines[-1].strip() if lines else "no message"
+        if result.exit_status in (126, 127) or "command not found" in result.stderr:
+            raise NotFound(f"board {self.target} lacks hrt_model_exec: '{self.options.remote_command}' cannot be run there ({last})",
+                           hint="install the board package there (deploy/), or pass --remote-command")
+        error = next((line for line in lines if line.startswith("ERROR ")), None)
+        if error is not None:
+            hint = next((line[len("Hint: "):] for line in lines if line.startswith("Hint: ")), "")
+            raise InvalidInput(f"board {self.target}: {error[len('ERROR '):]}", hint=hint)
+        if result.exit_status == 2:
+            raise IncompatibleVersion(f"hrt_model_exec on board {self.target} rejected the command line: {last}",
+                                      hint="install the same bpuemu version on host and board")
+        raise InvalidInput(f"board {self.target}: {what} failed with exit status {result.exit_status}: {last}")
+
+    # -- files ---------------------------------------------------------------
+    def make_work_dir(self) -> str:
+        path = posixpath.join(self.options.remote_tmp, f"bpuemu-ssh-{secrets.token_hex(6)}")
+        with self.guard(f"creating {path}"):
+            self.sftp.mkdir(path, mode=0o700)
+        self.work_dir = path
+        return path
+
+    def put(self, remote: str, data: bytes, what: str) -> None:
+        with self.guard(what):
+            with self.sftp.open(posixpath.join(self.work_dir, remote), "wb") as f:
+                f.set_pipelined(True)
+                f.write(data)
+
+    def put_file(self, local: str, remote: str) -> None:
+        with self.guard(f"upload of {os.path.basename(local)}"):
+            self.sftp.put(local, posixpath.join(self.work_dir, remote), confirm=True)
+
+    def get(self, remote: str, what: str) -> bytes:
+        with self.guard(what):
+            with self.sftp.open(posixpath.join(self.work_dir, remote), "rb") as f:
+                f.prefetch()
+                return f.read()
+
+    def listdir(self, remote: str, what: str) -> List[str]:
+        with self.guard(what):
+            try:
+                return self.sftp.listdir(posixpath.join(self.work_dir, remote))
+            except FileNotFoundError:
+                return []
+
+    def mkdir(self, remote: str) -> None:
+        with self.guard(f"creating {remote}"):
+            self.sftp.mkdir(posixpath.join(self.work_dir, remote), mode=0o700)
+
+    def rmtree(self, remote: str) -> None:
+        with self.guard(f"removing {remote}"):
+            self._rmtree(posixpath.join(self.work_dir, remote))
+
+    def _rmtree(self, path: str) -> None:
+        for entry in self.sftp.listdir_attr(path):
+            child = posixpath.join(path, entry.filename)
+            if stat.S_ISDIR(entry.st_mode):
+                self._rmtree(child)
+            else:
+                self.sftp.remove(child)
+        self.sftp.rmdir(path)
+
+    def close(self) -> None:
+        """Remove the work dir (best effort: the board may be gone) and disconnect."""
+        try:
+            if self.work_dir and self.transport is not None and self.transport.is_active():
+                with self.guard("cleanup"):  # by SFTP: no remote shell to start
+                    self._rmtree(self.work_dir)
+        except BpuEmuError as exc:
+            log.debug("cleanup of %s failed: %s", self.work_dir, exc)
+        finally:
+            self.client.close()
+
+
+_LOAD_LINE = re.compile(r"^Load model on local runtime \((?P<arch>[^,)]+)(?:, onnxruntime (?P<ort>[^)]+))?\) cost (?P<ms>[\d.]+)ms", re.M)
+_LATENCY_LINE = re.compile(r"frame count: (\d+), Average latency is: ([\d.]+) ms")
+_PERF_FIELDS = {
+    "thread_num": (r"Thread number is: (\d+)", int),
+    "frame_count": (r"Frame count\s+is: (\d+)", int),
+    "run_time_ms": (r"Program run time: ([\d.]+) ms", float),
+    "total_latency_ms": (r"Frame totally latency is: ([\d.]+) ms", float),
+    "average_latency_ms": (r"Average\s+latency\s+is: ([\d.]+) ms", float),
+    "fps": (r"Frame\s+rate\s+is: ([\d.]+) FPS", float),
+}
+_PERCENTILES = re.compile(r"p50/p90/p99 is: ([\d.]+) / ([\d.]+) / ([\d.]+) ms")
+
+
+def parse_perf_console(text: str, model_name: str, core_id: int) -> PerfReport:
+    """The PerfReport behind hrt_model_exec perf's console block."""
+    values = {}
+    for field, (pattern, kind) in _PERF_FIELDS.items():
+        m = re.search(pattern, text)
+        if m is None:
+            raise IncompatibleVersion(f"the board's perf output lacks '{pattern.split(':')[0]}'",
+                                      hint="install the same bpuemu version on host and board")
+        values[field] = kind(m.group(1))
+    m = _PERCENTILES.search(text)
+    p50, p90, p99 = (float(v) for v in m.groups()) if m else (0.0, 0.0, 0.0)
+    return PerfReport(model_name=model_name, core_id=core_id, p50_ms=p50, p90_ms=p90, p99_ms=p99, **values)
+
+
+def plan_tensor_types(model: model_pb2.Model, blobs: Dict[str, bytes]) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
+    """dtype and shape of every tensor the plan makes (raw dumps carry neither).
+
+    Read from the compiled pieces (ONNX blobs) and the input specs, in plan order.
+    """
+    import onnx
+    from onnx import helper
+
+    types: Dict[str, Tuple[np.dtype, Tuple[int, ...]]] = {}
+    kind = model_pb2.PlanStep
+    for step in model.plan:
+        if step.kind == kind.PREPROCESS:
+            spec = model.input_specs[step.input_index]
+            types[step.outputs[0]] = (np.dtype(spec.model_dtype or "float32"), tuple(spec.model_shape))
+        elif step.blob:
+            piece = onnx.load_from_string(blobs[step.blob])
+            for vi in list(piece.graph.input) + list(piece.graph.output):
+                t = vi.type.tensor_type
+                types[vi.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)), tuple(d.dim_value for d in t.shape.dim))
+        elif step.kind == kind.DEQUANTIZE and step.inputs[0] in types:
+            types[step.outputs[0]] = (np.dtype("float32"), types[step.inputs[0]][1])
+        elif step.kind == kind.LAYOUT_CONVERT:
+            for src, dst in zip(step.inputs, step.outputs):
+                if src in types:
+                    dtype, shape = types[src]
+                    types[dst] = (dtype, tuple(shape[p] for p in step.perm) if step.perm else shape)
+    return types
+
+
+def _array(data: bytes, dtype: np.dtype, shape: Sequence[int], what: str, target) -> np.ndarray:
+    expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
+    if len(data) != expected:
+        raise IncompatibleVersion(f"board {target}: {what} came back with {len(data)} bytes, expected {expected} "
+                                  f"({dtype.name} {list(shape)})", hint="install the same bpuemu version on host and board")
+    return np.frombuffer(data, dtype=dtype).reshape(tuple(shape)).copy()
+
+
+class SshModel(ModelHandle):
+    def __init__(self, backend: "SshBackend", model: model_pb2.Model, binfile: BinFile):
+        super().__init__(model)
+        self.backend = backend
+        self.binfile = binfile
+        self._types = None
+
+    @property
+    def session(self) -> SshSession:
+        return self.backend.session
+
+    def _upload_inputs(self, call: str, inputs: Sequence[np.ndarray]) -> List[str]:
+        names = []
+        for i, x in enumerate(inputs):
+            buf = io.BytesIO()
+            np.save(buf, np.asarray(x), allow_pickle=False)
+            name = f"{call}/input_{i}.npy"
+            self.session.put(name, buf.getvalue(), f"upload of input {i}")
+            names.append(name)
+        return names
+
+    def _base_args(self, command: str, call: str, inputs) -> List[str]:
+        args = [command, "--model_file", self.backend.remote_models, "--model_name", self.name]
+        names = self._upload_inputs(call, inputs)
+        if names:
+            args += ["--input_file", ",".join(names)]
+        return args
+
+    def infer(self, inputs, frame_count=1, dump_intermediate=False) -> InferResult:
+        call = self.backend.new_call()
+        try:
+            args = self._base_args("infer", call, inputs) + [
+                "--frame_count", str(frame_count), "--enable_dump", "true", "--dump_format", "bin", "--dump_path", f"{call}/out"]
+            if dump_intermediate:
+                args += ["--dump_intermediate", "1"]
+            timeout = self.backend.options.command_timeout_s + (frame_count - 1) * FRAME_BUDGET_S
+            result = self.session.hrt_model_exec(args, "infer", timeout)
+            files = set(self.session.listdir(f"{call}/out", "listing the dumps"))
+            outputs = {}
+            for i, p in enumerate(self.output_properties):
+                fname = f"{safe(self.name)}_output_{i}_{safe(p.name)}.bin"
+                if fname not in files:
+                    raise IncompatibleVersion(f"board {self.session.target} wrote no dump of output '{p.name}' ({fname})",
+                                              hint="install the same bpuemu version on host and board")
+                data = self.session.get(f"{call}/out/{fname}", f"download of output '{p.name}'")
+                outputs[p.name] = _array(data, NUMPY_DTYPE[p.tensor_type], p.valid_shape, f"output '{p.name}'", self.session.target)
+            intermediates = self._fetch_intermediates(call, files) if dump_intermediate else {}
+        finally:
+            self.backend.end_call(call)
+        m = _LATENCY_LINE.search(result.stdout)
+        latency = [float(m.group(2))] * int(m.group(1)) if m else []
+        return InferResult(outputs, intermediates, latency)
+
+    def _fetch_intermediates(self, call: str, files) -> Dict[str, np.ndarray]:
+        if self._types is None:
+            self._types = plan_tensor_types(self.model, self.binfile.blobs)
+        tensors: Dict[str, np.ndarray] = {}
+        for k, step in enumerate(self.model.plan):
+            proc = "bpu" if step.kind == model_pb2.PlanStep.BPU_SUBGRAPH else "cpu"
+            for role, names in (("output", step.outputs), ("input", step.inputs)):
+                for j, name in enumerate(names):
+                    fname = f"layer-{k}-{proc}-{safe(step.name)}-{role}-{j}-{safe(name)}.bin"
+                    if name in tensors or fname not in files or name not in self._types:
+                        continue
+                    dtype, shape = self._types[name]
+                    data = self.session.get(f"{call}/out/{fname}", f"download of tensor '{name}'")
+                    tensors[name] = _array(data, dtype, shape, f"tensor '{name}'", self.session.target)
+        return tensors
+
+    def perf(self, config: PerfConfig, inputs=(), progress=None) -> PerfReport:
+        call = self.backend.new_call()
+        t0 = time.monotonic()
+        try:
+            args = self._base_args("perf", call, inputs) + [
+                "--frame_count", str(config.frame_count), "--perf_time", repr(float(config.perf_time_minutes)),
+                "--thread_num", str(config.thread_num), "--core_id", str(config.core_id)]
+            if config.profile:
+                args += ["--profile_path", f"{call}/prof"]
+            run_s = config.perf_time_minutes * 60 if config.perf_time_minutes > 0 else \
+                config.frame_count * FRAME_BUDGET_S / config.thread_num
+            timeout = self.backend.options.command_timeout_s + run_s
+            result = self.session.hrt_model_exec(args, "perf", timeout)
+            report = parse_perf_console(result.stdout, self.name, config.core_id)
+            if config.profile:
+                report.profiler_log = self.session.get(f"{call}/prof/profiler.log", "download of profiler.log").decode()
+                report.profiler_csv = self.session.get(f"{call}/prof/profiler.csv", "download of profiler.csv").decode()
+        finally:
+            self.backend.end_call(call)
+        if progress is not None:
+            progress(report.frame_count, report.frame_count, time.monotonic() - t0)
+        return report
+
+
+class SshBackend(Backend):
+    """Models on a board reached over SSH, run by the board's own hrt_model_exec."""
+
+    def __init__(self, options: SshOptions, model_files: Sequence[str]):
+        super().__init__()
+        self.options = options
+        binfiles = [read_bin(path) for path in model_files]  # a bad file fails before any connection
+        t0 = time.perf_counter()
+        self.session = SshSession(options)
+        self._calls = 0
+        self._facts: Optional[Tuple[Platform, float]] = None
+        try:
+            self.session.make_work_dir()
+            remote = []
+            for i, (path, binfile) in enumerate(zip(model_files, binfiles)):
+                name = f"{i}_{safe(os.path.basename(path))}"
+                self.session.put_file(path, name)
+                remote.append(name)
+                for model in binfile.manifest.models:
+                    self._add(SshModel(self, model, binfile))
+            self.remote_models = ",".join(remote)
+        except BaseException:
+            self.session.close()
+            raise
+        self.upload_ms = (time.perf_counter() - t0) * 1e3
+
+    @property
+    def target(self) -> SshTarget:
+        return self.session.target
+
+    @property
+    def work_dir(self) -> str:
+        return self.session.work_dir
+
+    def new_call(self) -> str:
+        self._calls += 1
+        call = f"call-{self._calls}"
+        self.session.mkdir(call)
+        return call
+
+    def end_call(self, call: str) -> None:
+        if self.session.transport is not None and self.session.transport.is_active():
+            try:
+                self.session.rmtree(call)
+            except BpuEmuError as exc:  # the work dir goes at close anyway
+                log.debug("removing %s failed: %s", call, exc)
+
+    def _board_facts(self) -> Tuple[Platform, float]:
+        """(arch and onnxruntime version, model load ms) from the board's own model_info."""
+        if self._facts is None:
+            result = self.session.hrt_model_exec(["model_info", "--model_file", self.remote_models], "model_info")
+            m = _LOAD_LINE.search(result.stdout)
+            if m is None:
+                self._facts = (Platform("unknown", "unknown"), 0.0)
+            else:
+                self._facts = (Platform(m.group("arch"), m.group("ort") or "unknown"), float(m.group("ms")))
+        return self._facts
+
+    @property
+    def platform(self) -> Platform:
+        return self._board_facts()[0]
+
+    @property
+    def load_ms(self) -> float:
+        return self._board_facts()[1]
+
+    @property
+    def description(self) -> str:
+        return f"board {self.target} over SSH ({self.platform})"
+
+    def close(self) -> None:
+        self.session.close()

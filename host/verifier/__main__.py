@@ -1,0 +1,3 @@
+from bpuemu.host.verifier.cli import main
+
+main()

@@ -1,0 +1,172 @@
+"""Harness for the SSH tests: a real OpenSSH sshd on a free loopback port.
+
+``Sshd`` makes a throwaway host key and user key with ssh-keygen, writes a
+minimal sshd_config into its work dir (loopback only, keys from that dir, no
+PAM), starts ``/usr/sbin/sshd -D -e -f CONFIG`` and waits until the port
+answers with an SSH banner. ``known_hosts`` is a file that trusts exactly
+that host key. The board "behind" it is this machine, so the board-side
+command is ``<this python> -m bpuemu.board.hrt_model_exec``.
+
+Also puts tests/board on sys.path so the board harness (``Daemon``,
+``run_cli``, ``assert_one_error``) is shared, not copied.
+"""
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import time
+from typing import List, Optional
+
+_BOARD_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "board")
+if os.path.abspath(_BOARD_TESTS) not in [os.path.abspath(p) for p in sys.path]:
+    sys.path.insert(0, os.path.abspath(_BOARD_TESTS))
+
+from boardd_harness import CliResult, Daemon, assert_ok, assert_one_error, clean_env, run_cli  # noqa: E402,F401
+
+SSHD = "/usr/sbin/sshd"
+START_TIMEOUT_S = 15.0
+#: The board-side hrt_model_exec, as the sshd session runs it.
+REMOTE_COMMAND = f"{sys.executable} -m bpuemu.board.hrt_model_exec"
+
+
+def sshd_unavailable() -> Optional[str]:
+    """Why a real sshd cannot run here (None when it can)."""
+    if not os.path.exists(SSHD):
+        return f"{SSHD} is missing (scripts/test.sh installs openssh-server as root)"
+    if not shutil.which("ssh-keygen"):
+        return "ssh-keygen is missing"
+    if os.geteuid() != 0:
+        return "sshd tests log in as root and need to run as root"
+    return None
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def keygen(path: str) -> str:
+    """A new ed25519 key pair at ``path`` (no passphrase); returns the public key line."""
+    subprocess.run(["ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-C", "bpuemu-tests", "-f", path],
+                   check=True, capture_output=True, timeout=30)
+    with open(path + ".pub") as f:
+        return f.read().strip()
+
+
+class Sshd:
+    """One sshd on a free loopback port, with its own host key and one authorized user key."""
+
+    def __init__(self, workdir):
+        self.workdir = os.fspath(workdir)
+        os.makedirs(self.workdir, exist_ok=True)
+        self.host_key = os.path.join(self.workdir, "ssh_host_ed25519_key")
+        self.user_key = os.path.join(self.workdir, "id_ed25519")
+        self.other_key = os.path.join(self.workdir, "id_other")  # a key the board does not authorize
+        self.authorized_keys = os.path.join(self.workdir, "authorized_keys")
+        self.known_hosts = os.path.join(self.workdir, "known_hosts")
+        self.config = os.path.join(self.workdir, "sshd_config")
+        self.log_path = os.path.join(self.workdir, "sshd.log")
+        self.proc: Optional[subprocess.Popen] = None
+        self.port = 0
+        host_pub = keygen(self.host_key)
+        user_pub = keygen(self.user_key)
+        keygen(self.other_key)
+        with open(self.authorized_keys, "w") as f:
+            f.write(user_pub + "\n")
+        self.host_pub = host_pub
+
+    @property
+    def user(self) -> str:
+        return "root"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def target(self) -> str:
+        return f"{self.user}@{self.address}"
+
+    def _write_config(self) -> None:
+        lines = [
+            f"Port {self.port}",
+            "ListenAddress 127.0.0.1",
+            f"HostKey {self.host_key}",
+            f"AuthorizedKeysFile {self.authorized_keys}",
+            f"PidFile {os.path.join(self.workdir, 'sshd.pid')}",
+            "UsePAM no",
+            "StrictModes no",
+            "PermitRootLogin yes",
+            "PubkeyAuthentication yes",
+            "PasswordAuthentication yes",
+            "KbdInteractiveAuthentication no",
+            "UseDNS no",
+            "PrintMotd no",
+            "LoginGraceTime 20",
+            "MaxStartups 50",
+            "Subsystem sftp internal-sftp",
+            "LogLevel INFO",
+        ]
+        with open(self.config, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+    def start(self) -> "Sshd":
+        os.makedirs("/run/sshd", exist_ok=True)  # sshd's privilege separation directory
+        for _attempt in range(5):
+            self.port = _free_port()
+            self._write_config()
+            with open(self.log_path, "ab") as log:
+                self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", self.config], stdout=log, stderr=subprocess.STDOUT,
+                                             stdin=subprocess.DEVNULL)
+            if self._wait_ready():
+                with open(self.known_hosts, "w") as f:
+                    f.write(self.known_hosts_line() + "\n")
+                return self
+            self.stop()
+        raise RuntimeError(f"sshd did not start:\n{self.log()}")
+
+    def known_hosts_line(self, public_key: Optional[str] = None) -> str:
+        key_type, key_b64 = (public_key or self.host_pub).split()[:2]
+        return f"[127.0.0.1]:{self.port} {key_type} {key_b64}"
+
+    def _wait_ready(self) -> bool:
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            if self.proc.poll() is not None:
+                return False  # e.g. the port was taken between choosing and binding it
+            try:
+                with socket.create_connection(("127.0.0.1", self.port), timeout=1.0) as s:
+                    s.settimeout(2.0)
+                    if s.recv(64).startswith(b"SSH-"):
+                        return True
+            except OSError:
+                time.sleep(0.02)
+        return False
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+
+    def log(self) -> str:
+        try:
+            with open(self.log_path, errors="replace") as f:
+                return f.read()
+        except FileNotFoundError:
+            return ""
+
+    def cli_args(self, *extra: str, identity: Optional[str] = None, known_hosts: Optional[str] = None) -> List[str]:
+        """hrt_model_exec --ssh arguments that reach this sshd as root with the user key."""
+        return ["--ssh", self.target, "--identity", identity or self.user_key, "--known-hosts",
+                known_hosts or self.known_hosts, "--remote-command", REMOTE_COMMAND, *extra]
+
+
+def work_dirs(base: str = "/tmp") -> set:
+    """The SSH transport's work dirs currently on the (loopback) board."""
+    return {d for d in os.listdir(base) if d.startswith("bpuemu-ssh-")}
