@@ -8,12 +8,22 @@
 One channel per board; every call has a deadline; every failure becomes a
 BpuEmuError through one translator (``_translate``) whose message names the
 board.
+
+Security: ``token`` (None: $BPUEMU_TOKEN) goes with every call;
+``tls=TlsConfig(ca_file, cert_file, key_file, server_name)`` (None: the
+BPUEMU_TLS_* variables, else plain TCP) secures the channel and the data
+channel alike (bpuemu.board.security).
+
+Several boards: ``BoardClient("10.0.0.1:9473,10.0.0.2:9473")`` opens one
+channel over all of them with gRPC's own ``round_robin`` load balancing, so
+consecutive calls go to consecutive boards. That client uses gRPC only: the
+data channel is a connection to one board and cannot be balanced by gRPC.
+Every board must already hold the model (bpuemu.board.farm does that).
 """
 import os
 import platform
 import socket
 import threading
-import time
 from dataclasses import dataclass, field
 from typing import Callable, Dict, Iterator, List, Optional, Sequence
 
@@ -25,9 +35,11 @@ from bpuemu.common.errors import (
     BY_GRPC_STATUS,
     BoardUnavailable,
     BpuEmuError,
+    Cancelled,
     DeadlineExceeded,
     IncompatibleVersion,
     InternalError,
+    InvalidInput,
     NotFound,
 )
 from bpuemu.common.proto import board_pb2, board_pb2_grpc, model_pb2
@@ -49,6 +61,7 @@ from bpuemu.common.wire import (
 )
 from bpuemu.board.convert import onnxruntime_version, perf_report_from_proto
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+from bpuemu.board.security import TlsConfig, client_token
 
 
 @dataclass
@@ -76,11 +89,17 @@ class _DataChannel:
 
     CONNECT_TIMEOUT_S = 2.0
 
-    def __init__(self, host: str, port: int, token: str):
+    def __init__(self, host: str, port: int, token: str, tls: Optional[TlsConfig] = None):
         self.sock = socket.create_connection((host, port), timeout=self.CONNECT_TIMEOUT_S)
-        self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        self.sock.sendall(pack_frame(HELLO, token.encode()))
-        kind, payload = read_frame(self.sock)
+        try:
+            self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+            if tls is not None:  # the same files and name check as the gRPC channel
+                self.sock = tls.ssl_context().wrap_socket(self.sock, server_hostname=tls.hostname_for(host))
+            self.sock.sendall(pack_frame(HELLO, token.encode()))
+            kind, payload = read_frame(self.sock)
+        except BaseException:
+            self.sock.close()
+            raise
         if kind != HELLO_OK:
             self.sock.close()
             raise ConnectionRefusedError(bytes(payload).decode(errors="replace"))
@@ -102,13 +121,39 @@ class _DataChannel:
         self.sock.close()
 
 
-def _translate(err: grpc.RpcError, target: str, what: str) -> BpuEmuError:
+def _tls_reason(details: str) -> str:
+    """The part of gRPC's handshake failure a person can act on."""
+    for marker, reason in (("CERTIFICATE_VERIFY_FAILED", "the board's certificate is not signed by the trusted CA"),
+                           ("Hostname Verification", "the board's certificate does not name this host"),
+                           ("WRONG_VERSION_NUMBER", "the board does not speak TLS"),
+                           ("CERTIFICATE_REQUIRED", "the board requires a client certificate"),
+                           ("UNKNOWN_CA", "the board does not trust this client certificate")):
+        if marker in details:
+            return reason
+    return ""
+
+
+def _translate(err: grpc.RpcError, target: str, what: str, tls: Optional[TlsConfig] = None) -> BpuEmuError:
     code = err.code() if hasattr(err, "code") else None
     details = (err.details() if hasattr(err, "details") else "") or ""
     name = code.name if code is not None else "UNKNOWN"
     if name == "UNAVAILABLE":
-        return BoardUnavailable(f"board {target} is unreachable during {what}: {details.splitlines()[0] if details else 'no answer'}",
-                                hint=f"is hrt_boardd running there? start it with: hrt_boardd --listen {target}")
+        first = details.splitlines()[0] if details else "no answer"
+        if "Stream removed" in details:  # the connection broke mid-call: a crash, a restart, a network cut
+            return BoardUnavailable(f"board {target} went away during {what}: {first}",
+                                    hint="the daemon may have been restarted or killed; check its log")
+        reason = _tls_reason(details)
+        if not reason and tls is not None and ("Socket closed" in details or "handshake" in details.lower()):
+            # gRPC sees an mTLS refusal only as "Socket closed": say what it most likely means.
+            reason = "the board closed the connection during the TLS handshake"
+        if reason:
+            return BoardUnavailable(
+                f"TLS with board {target} failed during {what}: {reason}",
+                hint="check --tls-ca (the CA that signed the board's certificate), --tls-server-name, and, "
+                     "for a board that requires client certificates, --tls-cert/--tls-key")
+        return BoardUnavailable(f"board {target} is unreachable during {what}: {first}",
+                                hint=f"is hrt_boardd running there? start it with: hrt_boardd --listen {target}"
+                                     + ("" if tls is not None else "; if it serves TLS, pass --tls-ca"))
     if name == "DEADLINE_EXCEEDED":
         return DeadlineExceeded(f"board {target} did not answer {what} before its deadline",
                                 hint="the board may be overloaded or the job too long; raise --timeout")
@@ -119,17 +164,63 @@ def _translate(err: grpc.RpcError, target: str, what: str) -> BpuEmuError:
     return cls(f"board {target}: {message}", hint=hint)
 
 
+def _parse_address(target: str) -> tuple:
+    try:
+        return split_target(target)
+    except ValueError as exc:
+        raise NotFound(f"bad board address '{target}': {exc}", hint="use HOST:PORT, e.g. 127.0.0.1:9473") from None
+
+
+def round_robin_target(targets: Sequence[str]) -> str:
+    """A gRPC multi-address target (``ipv4:a:p,b:p``) over boards given as HOST:PORT.
+
+    Host names are resolved here: gRPC's ipv4:/ipv6: schemes take addresses, and
+    all of them must be of one family.
+    """
+    addresses = []
+    for target in targets:
+        host, port = _parse_address(target)
+        try:
+            infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        except OSError as exc:
+            raise BoardUnavailable(f"cannot resolve board {target}: {exc}") from None
+        family, _, _, _, sockaddr = infos[0]
+        addresses.append((family, join_target(sockaddr[0], port)))
+    families = {f for f, _ in addresses}
+    if len(families) > 1:
+        raise InvalidInput("a round-robin board list must be all IPv4 or all IPv6 addresses",
+                           hint="list the boards by addresses of one family")
+    scheme = "ipv6" if families == {socket.AF_INET6} else "ipv4"
+    return f"{scheme}:" + ",".join(a for _, a in addresses)
+
+
 class BoardClient:
     def __init__(self, target: str, token: Optional[str] = None, deadlines: Deadlines = Deadlines(),
-                 client_name: str = "bpuemu", data_channel: bool = True):
-        try:
-            host, port = split_target(target)
-        except ValueError as exc:
-            raise NotFound(f"bad board address '{target}': {exc}", hint="use HOST:PORT, e.g. 127.0.0.1:9473") from None
-        self.target = join_target(host, port)
+                 client_name: str = "bpuemu", data_channel: bool = True, tls: Optional[TlsConfig] = None):
+        targets = [t.strip() for t in target.split(",") if t.strip()] if "," in target else [target]
+        if not targets:
+            raise NotFound(f"bad board address '{target}'", hint="use HOST:PORT, e.g. 127.0.0.1:9473")
+        host, port = _parse_address(targets[0])
+        token = client_token() if token is None else token
+        tls = TlsConfig.from_env() if tls is None else tls
+        options = list(CHANNEL_OPTIONS)
+        if len(targets) == 1:
+            self.target = join_target(host, port)
+            channel_target = self.target
+        else:  # one channel over several boards, balanced by gRPC itself
+            self.target = ",".join(join_target(*_parse_address(t)) for t in targets)
+            channel_target = round_robin_target(targets)
+            options.append(("grpc.lb_policy_name", "round_robin"))
+            data_channel = False
         self.deadlines = deadlines
+        self.tls = tls
         self._metadata = ((TOKEN_METADATA_KEY, f"Bearer {token}"),) if token else ()
-        self._channel = grpc.insecure_channel(self.target, options=CHANNEL_OPTIONS)
+        if tls is not None:
+            # With several addresses gRPC has no single host name to check: use the first board's host.
+            options += tls.channel_options(default_name=host if len(targets) > 1 else "")
+            self._channel = grpc.secure_channel(channel_target, tls.grpc_credentials(), options=options)
+        else:
+            self._channel = grpc.insecure_channel(channel_target, options=options)
         self._stub = board_pb2_grpc.BoardStub(self._channel)
         self.client_name = client_name
         self._info: Optional[board_pb2.BoardInfo] = None
@@ -143,7 +234,7 @@ class BoardClient:
         try:
             return method(request, timeout=timeout, metadata=self._metadata)
         except grpc.RpcError as err:
-            raise _translate(err, self.target, what) from None
+            raise _translate(err, self.target, what, self.tls) from None
 
     def close(self) -> None:
         with self._data_lock:
@@ -242,7 +333,7 @@ class BoardClient:
         try:
             if self._data is None:
                 try:
-                    self._data = _DataChannel(self._host, self.info.data_port, self._token)
+                    self._data = _DataChannel(self._host, self.info.data_port, self._token, self.tls)
                 except (OSError, ValueError):
                     self._use_data = False  # firewalled, forwarded, or refused: gRPC from now on
                     return None
@@ -267,9 +358,18 @@ class BoardClient:
         finally:
             self._data_lock.release()
 
+    def stats(self) -> board_pb2.BoardStats:
+        """The board's counters and memory now (GetStats)."""
+        return self._call("GetStats", self._stub.GetStats, board_pb2.StatsRequest(), self.deadlines.call)
+
     def perf(self, sha: str, model_name: str, config: PerfConfig, inputs: Sequence[np.ndarray] = (),
-             progress: Optional[Callable[[int, int, float], None]] = None, timeout: Optional[float] = None) -> PerfReport:
-        """Run a perf job on the board; ``progress`` gets (done, total, elapsed_s) as it streams."""
+             progress: Optional[Callable[[int, int, float], None]] = None, timeout: Optional[float] = None,
+             cancel: Optional[threading.Event] = None) -> PerfReport:
+        """Run a perf job on the board; ``progress`` gets (done, total, elapsed_s) as it streams.
+
+        Setting ``cancel`` (from any thread) cancels the call: the board stops the
+        job within one progress interval and this raises Cancelled.
+        """
         req = board_pb2.PerfRequest(sha256=sha, model_name=model_name, frame_count=config.frame_count,
                                     perf_time_minutes=config.perf_time_minutes, thread_num=config.thread_num,
                                     core_id=config.core_id, profile=config.profile)
@@ -279,8 +379,17 @@ class BoardClient:
                 timeout = config.perf_time_minutes * 60 + self.deadlines.perf_margin
             else:
                 timeout = self.deadlines.perf_margin + config.frame_count * self.deadlines.perf_frame_budget_s / config.thread_num
+        stream = self._stub.Perf(req, timeout=timeout, metadata=self._metadata)
+        finished = threading.Event()
+        if cancel is not None:
+            def watch():
+                while not finished.is_set():
+                    if cancel.wait(0.05):
+                        stream.cancel()
+                        return
+
+            threading.Thread(target=watch, name="perf-cancel", daemon=True).start()
         try:
-            stream = self._stub.Perf(req, timeout=timeout, metadata=self._metadata)
             for event in stream:
                 if event.WhichOneof("event") == "progress":
                     if progress is not None:
@@ -289,6 +398,10 @@ class BoardClient:
                 else:
                     return perf_report_from_proto(event.result)
         except grpc.RpcError as err:
-            raise _translate(err, self.target, "perf") from None
+            if cancel is not None and cancel.is_set() and err.code() == grpc.StatusCode.CANCELLED:
+                raise Cancelled(f"perf on {self.target} was cancelled by the caller") from None
+            raise _translate(err, self.target, "perf", self.tls) from None
+        finally:
+            finished.set()
         raise BoardUnavailable(f"board {self.target} ended the perf stream without a result",
                                hint="the daemon may have been restarted; check its log")

@@ -3,6 +3,10 @@
 ``main_entry`` runs a click command so that a BpuEmuError (or a click usage
 error) ends in one clear line on stderr and a non-zero exit, never a
 traceback. Set BPUEMU_DEBUG=1 to see the traceback of an unexpected error.
+
+Client commands also silence gRPC's own C-core log (GRPC_VERBOSITY=NONE unless
+set): it would print handshake and connection noise next to the one line the
+client's error translator writes. The daemon keeps it (``grpc_core_log``).
 """
 import logging
 import os
@@ -22,7 +26,9 @@ def setup_logging(level: str = "INFO", log_file: str = "") -> None:
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
 
-def main_entry(command: click.Command, prog_name: str, args=None) -> None:
+def main_entry(command: click.Command, prog_name: str, args=None, grpc_core_log: bool = False) -> None:
+    if not grpc_core_log and not os.environ.get("BPUEMU_DEBUG"):
+        os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # read when grpc is first imported
     try:
         command.main(args=args, prog_name=prog_name, standalone_mode=False)
     except click.exceptions.Abort:

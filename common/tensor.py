@@ -131,11 +131,20 @@ def from_wire(t: board_pb2.Tensor) -> np.ndarray:
     try:
         dtype = np.dtype(t.dtype)
     except TypeError:
-        raise InvalidInput(f"tensor '{t.name}': unknown dtype '{t.dtype}'") from None
-    count = int(np.prod(t.shape, dtype=np.int64)) if len(t.shape) else 1
+        raise InvalidInput(f"tensor '{t.name[:80]}': unknown dtype '{t.dtype[:80]}'") from None
+    if dtype.kind not in "biuf" or dtype.itemsize == 0:  # no objects, strings, records: numbers only
+        raise InvalidInput(f"tensor '{t.name[:80]}': dtype '{t.dtype[:80]}' is not a numeric type")
+    if any(d < 0 for d in t.shape):
+        raise InvalidInput(f"tensor '{t.name[:80]}': negative dimension in shape {list(t.shape)}")
+    count = 1
+    for d in t.shape:  # Python ints: a huge shape cannot wrap around to a small byte count
+        count *= int(d)
     if count * dtype.itemsize != len(t.data):
         raise InvalidInput(
             f"tensor '{t.name}': shape {list(t.shape)} of {dtype.name} needs "
             f"{count * dtype.itemsize} bytes, got {len(t.data)}"
         )
-    return np.frombuffer(t.data, dtype=dtype).reshape(tuple(t.shape))
+    try:
+        return np.frombuffer(t.data, dtype=dtype).reshape(tuple(t.shape))
+    except ValueError as exc:  # e.g. an empty tensor with dimensions numpy cannot index
+        raise InvalidInput(f"tensor '{t.name[:80]}': shape {list(t.shape)[:8]} is not usable: {exc}") from None

@@ -49,8 +49,9 @@ def join_target(host: str, port: int) -> str:
 # --- the infer data channel ----------------------------------------------
 #
 # gRPC's per-call cost from Python (~0.5 ms on loopback) dominates a frame's
-# transfer, so hrt_boardd also serves infer on a plain TCP port (BoardInfo.
-# data_port) carrying the proto's own InferRequest / InferReply bytes:
+# transfer, so hrt_boardd also serves infer on a TCP port of its own (BoardInfo.
+# data_port; TLS, with the same certificates, when the daemon serves TLS)
+# carrying the proto's own InferRequest / InferReply bytes:
 #
 #   frame   = header payload
 #   header  = magic "BPUD" (4 bytes) | kind (uint8) | payload length (uint32 LE)
@@ -61,7 +62,8 @@ def join_target(host: str, port: int) -> str:
 #             ERROR (board -> client, "<gRPC status name>\n<message>")
 #
 # One request at a time per connection; an ERROR keeps the connection open.
-# A bad HELLO, a wrong magic or an oversize frame closes it.
+# A bad HELLO, a wrong magic or an oversize frame closes it; so does a board
+# with all its data connections taken (an ERROR "RESOURCE_EXHAUSTED" first).
 
 import struct as _struct
 

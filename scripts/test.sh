@@ -6,8 +6,11 @@ cd "$(dirname "$0")/.."
 # System packages the tests use (Debian), installed when missing and we are root:
 #   chromium  - hb_perf's HTML report is opened and screenshotted headless (tests/host/test_tools.py)
 #   openssh-server - a real sshd on loopback for the SSH board transport (tests/host/test_ssh.py, test_verifier.py)
+#   qemu-user-static binfmt-support debootstrap - an arm64 Debian root under qemu-user, where the board
+#                    install script runs for real (deploy/board/arm64_chroot.sh, tests/deploy/test_install_arm64.py)
+#   systemd        - systemd-analyze checks the board's unit offline (tests/deploy/test_systemd_unit.py)
 # Add to this list rather than writing another apt-get line: one update, one install.
-APT_PACKAGES="chromium openssh-server"
+APT_PACKAGES="chromium openssh-server qemu-user-static binfmt-support debootstrap systemd"
 missing=""
 for pkg in $APT_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

@@ -1,30 +1,22 @@
 """hrt_boardd: serve the emulated BPU runtime over gRPC.
 
     hrt_boardd --listen 127.0.0.1:9473 --model-dir ./models
+    hrt_boardd --listen 0.0.0.0:9473 --token-file board.token \
+        --tls-cert board.pem --tls-key board.key [--tls-ca clients-ca.pem]
+
+Beyond loopback a token is required and TLS recommended; --tls-ca turns on
+mTLS (clients must present a certificate signed by that CA).
 """
 import signal
 import threading
 
 import click
 
-from bpuemu.common.errors import InvalidInput
 from bpuemu.common.version import __version__
 from bpuemu.common.wire import DEFAULT_PORT
 from bpuemu.board.cliutil import main_entry, setup_logging
 from bpuemu.board.daemon.state import Limits
-
-
-def read_token(path: str) -> str:
-    if not path:
-        return ""
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read token file {path}: {exc.strerror}") from None
-    if len(token) < 16:
-        raise InvalidInput(f"token in {path} is too short ({len(token)} chars); use at least 16")
-    return token
+from bpuemu.board.security import ServerTls, read_token_file
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -34,24 +26,38 @@ def read_token(path: str) -> str:
 @click.option("--model-dir", default="./hrt_boardd_models", show_default=True, type=click.Path(file_okay=False),
               help="Model store: uploaded .bin files, kept by SHA-256.")
 @click.option("--token-file", default="", help="File holding the token callers must present.")
+@click.option("--tls-cert", default="", metavar="FILE", help="Serve TLS with this certificate (PEM); needs --tls-key.")
+@click.option("--tls-key", default="", metavar="FILE", help="Private key of --tls-cert (PEM).")
+@click.option("--tls-ca", default="", metavar="FILE",
+              help="Require client certificates signed by this CA (mTLS); needs --tls-cert.")
 @click.option("--max-model-mb", default=1024, show_default=True, type=click.IntRange(1), help="Largest model upload accepted.")
 @click.option("--max-jobs", default=4, show_default=True, type=click.IntRange(1), help="Infer/perf calls running at once.")
+@click.option("--max-uploads", default=4, show_default=True, type=click.IntRange(1), help="Model uploads in progress at once.")
+@click.option("--max-data-connections", default=64, show_default=True, type=click.IntRange(1),
+              help="Open infer data channel connections.")
 @click.option("--max-frame-count", default=1_000_000, show_default=True, type=click.IntRange(1), help="Cap on frame_count.")
 @click.option("--max-perf-time", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True), help="Cap on perf_time (minutes).")
 @click.option("--data-channel/--no-data-channel", default=True, show_default=True,
-              help="Also serve infer on a plain TCP port (lower latency than gRPC; clients fall back when unreachable).")
+              help="Also serve infer on a TCP port of its own, TLS when gRPC is (lower latency than gRPC; "
+                   "clients fall back when unreachable).")
 @click.option("--port-file", default="", help="Write the port actually bound to this file (useful with port 0).")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
-def cli(listen, model_dir, token_file, max_model_mb, max_jobs, max_frame_count, max_perf_time, data_channel, port_file,
-        log_level):
+def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, max_jobs, max_uploads,
+        max_data_connections, max_frame_count, max_perf_time, data_channel, port_file, log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
     from bpuemu.board.daemon.server import BoardServer  # grpc import kept off --help
 
+    if bool(tls_cert) != bool(tls_key):
+        raise click.UsageError("--tls-cert and --tls-key go together")
+    if tls_ca and not tls_cert:
+        raise click.UsageError("--tls-ca (client certificates) needs TLS: give --tls-cert and --tls-key too")
     setup_logging(log_level)
-    limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs,
-                    max_frame_count=max_frame_count, max_perf_time_minutes=max_perf_time)
-    server = BoardServer(listen, model_dir, limits, token=read_token(token_file) or None,
-                         data_channel=data_channel).start()
+    limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs, max_uploads=max_uploads,
+                    max_data_connections=max_data_connections, max_frame_count=max_frame_count,
+                    max_perf_time_minutes=max_perf_time)
+    tls = ServerTls(tls_cert, tls_key, tls_ca) if tls_cert else None
+    server = BoardServer(listen, model_dir, limits, token=read_token_file(token_file) or None,
+                         data_channel=data_channel, tls=tls).start()
     if port_file:
         with open(port_file, "w") as f:
             f.write(f"{server.port}\n")
@@ -69,7 +75,7 @@ def cli(listen, model_dir, token_file, max_model_mb, max_jobs, max_frame_count, 
 
 
 def main(args=None):
-    main_entry(cli, "hrt_boardd", args)
+    main_entry(cli, "hrt_boardd", args, grpc_core_log=True)
 
 
 if __name__ == "__main__":

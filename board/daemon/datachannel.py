@@ -1,15 +1,32 @@
-"""The infer data channel: InferRequest/InferReply over plain TCP (framing in bpuemu.common.wire).
+"""The infer data channel: InferRequest/InferReply over TCP (framing in bpuemu.common.wire).
 
 gRPC from Python costs ~0.5 ms a call on loopback, several times a frame's
 transfer; this channel carries the same messages at close to raw TCP cost.
 It listens on the gRPC listen host, on a port of its own (BoardInfo.data_port),
 applies the same token check (in constant time) and the same infer code and
 limits, and reports errors as the gRPC status names the gRPC path would use.
+
+Security. The channel follows the daemon's gRPC transport:
+
+- With TLS (hrt_boardd --tls-cert/--tls-key), the channel is TLS too: each
+  connection is wrapped with ``ssl`` using the same certificate and key, and,
+  with --tls-ca, requires a client certificate signed by that CA (mTLS), just
+  as gRPC does. Clients that use TLS for gRPC use it here with the same files
+  and the same name check. We wrap rather than disable the channel so that a
+  secured board keeps its fast path (TLS adds a handshake per connection, not
+  per call). A client that cannot complete the handshake falls back to gRPC,
+  which then reports the real problem.
+- The token is checked in the HELLO frame, with ``hmac.compare_digest``,
+  before anything else is read; a connection that sends no HELLO within
+  ``HELLO_TIMEOUT_S`` is closed.
+- At most ``Limits.max_data_connections`` connections are open at once; one
+  more gets a RESOURCE_EXHAUSTED ERROR frame and is closed.
 """
 import hmac
 import logging
 import socket
 import socketserver
+import ssl
 import threading
 from typing import Optional
 
@@ -21,6 +38,9 @@ from bpuemu.board.daemon.state import BoardState
 
 log = logging.getLogger("bpuemu.board.daemon")
 
+#: Seconds a new connection has to finish its TLS handshake and send HELLO.
+HELLO_TIMEOUT_S = 10.0
+
 
 class _Handler(socketserver.BaseRequestHandler):
     server: "DataChannelServer"
@@ -28,21 +48,45 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self):
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self.server.idle_timeout_s)
+        sock.settimeout(self.server.hello_timeout_s)
+        if not self.server.connections.acquire(blocking=False):
+            self._refuse(sock, b"RESOURCE_EXHAUSTED\nboard is busy: %d data channel connections already open"
+                         % self.server.state.limits.max_data_connections)
+            return
         try:
+            self._serve(sock)
+        finally:
+            self.server.connections.release()
+
+    def _refuse(self, sock, message: bytes) -> None:
+        try:
+            if self.server.ssl_context is not None:
+                sock = self.server.ssl_context.wrap_socket(sock, server_side=True)
+            sock.sendall(pack_frame(ERROR, message))
+        except (OSError, ValueError) as exc:
+            log.debug("data channel from %s refused: %s", self.client_address, exc)
+
+    def _serve(self, sock):
+        try:
+            if self.server.ssl_context is not None:
+                sock = self.server.ssl_context.wrap_socket(sock, server_side=True)
             kind, token = read_frame(sock, max_bytes=4096)
             if kind != HELLO or not hmac.compare_digest(bytes(token), self.server.token):
                 sock.sendall(pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel"))
                 return
             sock.sendall(pack_frame(HELLO_OK))
+            sock.settimeout(self.server.idle_timeout_s)
             while True:
                 kind, payload = read_frame(sock)
                 if kind != INFER:
                     sock.sendall(pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO"))
                     return
                 sock.sendall(self._infer(payload))
-        except (ConnectionError, socket.timeout, OSError, ValueError) as exc:
+        except (ConnectionError, socket.timeout, OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             log.debug("data channel from %s closed: %s", self.client_address, exc)
+        finally:
+            if sock is not self.request:
+                sock.close()
 
     def _infer(self, payload: bytes) -> bytes:
         try:
@@ -59,12 +103,16 @@ class DataChannelServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, host: str, state: BoardState, token: Optional[str], idle_timeout_s: float = 600.0):
+    def __init__(self, host: str, state: BoardState, token: Optional[str], idle_timeout_s: float = 600.0,
+                 ssl_context: Optional[ssl.SSLContext] = None, hello_timeout_s: float = HELLO_TIMEOUT_S):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, 0), _Handler)
         self.state = state
         self.token = (token or "").encode()
         self.idle_timeout_s = idle_timeout_s
+        self.hello_timeout_s = hello_timeout_s
+        self.ssl_context = ssl_context
+        self.connections = threading.BoundedSemaphore(state.limits.max_data_connections)
         self._thread: Optional[threading.Thread] = None
 
     @property

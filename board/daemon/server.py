@@ -6,7 +6,12 @@
     server.stop(grace=5)
 
 Also serves grpc.health.v1 (service "" and "bpuemu.board.v1.Board") and
-server reflection. Listening beyond loopback requires a token.
+server reflection.
+
+Security: listening beyond loopback requires a token (``token``); TLS
+(``tls=ServerTls(cert, key[, client_ca])``, mTLS with a client CA) is
+recommended there too, and its absence is logged as a warning. With TLS the
+infer data channel is TLS as well (see bpuemu.board.daemon.datachannel).
 """
 import ipaddress
 import logging
@@ -25,6 +30,7 @@ from bpuemu.board.daemon.datachannel import DataChannelServer
 from bpuemu.board.daemon.interceptor import ErrorInterceptor, TokenInterceptor
 from bpuemu.board.daemon.service import BoardService
 from bpuemu.board.daemon.state import BoardState, Limits
+from bpuemu.board.security import ServerTls
 
 log = logging.getLogger("bpuemu.board.daemon")
 SERVICE_NAME = board_pb2.DESCRIPTOR.services_by_name["Board"].full_name
@@ -52,6 +58,7 @@ class BoardServer:
         max_workers: int = 16,
         intra_op_threads: int = 1,
         data_channel: bool = True,
+        tls: Optional[ServerTls] = None,
     ):
         try:
             host, port = split_target(listen)
@@ -62,6 +69,11 @@ class BoardServer:
                 f"refusing to listen on {host}, beyond loopback, without authentication",
                 hint="give --token-file FILE (clients pass the same file), or listen on 127.0.0.1",
             )
+        if not is_loopback(host) and tls is None:
+            log.warning("listening on %s beyond loopback without TLS: the token and all data cross the network "
+                        "in clear; give --tls-cert/--tls-key (and --tls-ca for client certificates)", host)
+        credentials = tls.grpc_credentials() if tls is not None else None  # checks the files first
+        self.tls, self._token = tls, token
         self.state = BoardState(model_dir, limits, intra_op_threads)
         interceptors = [TokenInterceptor(token)] if token else []
         interceptors.append(ErrorInterceptor())
@@ -72,14 +84,17 @@ class BoardServer:
             # then start and silently share connections with the first.
             options=CHANNEL_OPTIONS + [("grpc.so_reuseport", 0)],
         )
-        self._data = DataChannelServer(host, self.state, token) if data_channel else None
+        self._data = DataChannelServer(host, self.state, token, ssl_context=tls.ssl_context() if tls else None) \
+            if data_channel else None
         board_pb2_grpc.add_BoardServicer_to_server(BoardService(self.state, self._data.port if self._data else 0), self._server)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
         reflection.enable_server_reflection((SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), self._server)
         self.host = host
         try:
-            self.port = self._server.add_insecure_port(join_target(host, port))
+            address = join_target(host, port)
+            self.port = (self._server.add_secure_port(address, credentials) if credentials is not None
+                         else self._server.add_insecure_port(address))
         except RuntimeError as exc:
             self._close_data()
             raise InvalidInput(f"cannot listen on {join_target(host, port)}: {exc}",
@@ -102,7 +117,9 @@ class BoardServer:
             self._data.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
-        log.info("hrt_boardd serving on %s, models in %s", self.target, self.state.store.root)
+        security = ("token" if self._token else "no token") + ", " + \
+            ("no TLS" if self.tls is None else ("mTLS" if self.tls.mutual else "TLS"))
+        log.info("hrt_boardd serving on %s (%s), models in %s", self.target, security, self.state.store.root)
         return self
 
     def stop(self, grace: Optional[float] = 5.0) -> None:

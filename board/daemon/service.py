@@ -22,7 +22,16 @@ log = logging.getLogger("bpuemu.board.daemon")
 
 
 def run_infer(state: BoardState, request: board_pb2.InferRequest, is_active=lambda: True) -> board_pb2.InferReply:
-    """One infer request, from the gRPC Infer method or the data channel."""
+    """One infer request, from the gRPC Infer method or the data channel (counted in GetStats)."""
+    state.stats.add("infer_calls")
+    try:
+        return _infer(state, request, is_active)
+    except BaseException:
+        state.stats.add("infer_errors")
+        raise
+
+
+def _infer(state: BoardState, request: board_pb2.InferRequest, is_active) -> board_pb2.InferReply:
     model = state.load(request.sha256).runtime.model(request.model_name)
     inputs = [from_wire(t) for t in request.inputs]
     frames = max(1, request.frame_count)
@@ -34,6 +43,7 @@ def run_infer(state: BoardState, request: board_pb2.InferRequest, is_active=lamb
             t0 = time.perf_counter()
             result = model.run(inputs, keep_intermediate=request.dump_intermediate and i == frames - 1)
             reply.latency_ms.append((time.perf_counter() - t0) * 1e3)
+            state.stats.add("infer_frames")
             if not is_active():
                 return reply
     outputs, inter = result if request.dump_intermediate else (result, {})
@@ -50,8 +60,9 @@ class BoardService(board_pb2_grpc.BoardServicer):
 
     def Handshake(self, request, context):
         self.state.check_client(request.api_version, request.client_version)
-        log.info("handshake from %s %s (%s, onnxruntime %s)", request.client_name, request.client_version,
-                 request.client_arch, request.client_onnxruntime_version)
+        # Caller-chosen strings: repr() keeps a newline in them from forging log lines.
+        log.info("handshake from %r %r (%r, onnxruntime %r)", request.client_name[:64], request.client_version[:64],
+                 request.client_arch[:64], request.client_onnxruntime_version[:64])
         return board_pb2.HandshakeReply(board=self.info)
 
     def HasModel(self, request, context):
@@ -76,7 +87,8 @@ class BoardService(board_pb2_grpc.BoardServicer):
         finally:
             if not committed:
                 upload.abort()
-        log.info("stored model %s (%d bytes, %s)", h.sha256[:12], h.size, h.file_name)
+        self.state.stats.add("uploads")
+        log.info("stored model %s (%d bytes, %r)", h.sha256[:12], h.size, upload.file_name)
         return board_pb2.UploadReply(sha256=h.sha256, bytes_received=upload.received)
 
     def LoadModel(self, request, context):
@@ -125,6 +137,7 @@ class BoardService(board_pb2_grpc.BoardServicer):
                 events.put(None)
 
         with self.state.job("perf"):
+            self.state.stats.add("perf_jobs")
             # Not a daemon thread: a daemon exiting (SIGTERM, grace expired) must wait for the
             # job to see its cancelled context, not tear down onnxruntime under it (abort).
             worker = threading.Thread(target=work, name="perf-job")
@@ -143,3 +156,19 @@ class BoardService(board_pb2_grpc.BoardServicer):
             raise outcome["error"]
         log.info("perf %s: %d frames, %.1f FPS", model.name, outcome["report"].frame_count, outcome["report"].fps)
         yield board_pb2.PerfEvent(result=perf_report_to_proto(outcome["report"]))
+
+    def GetStats(self, request, context):
+        return board_pb2.BoardStats(uptime_s=time.monotonic() - self.state.stats.started, jobs_running=self.state.jobs_running,
+                                    rss_bytes=resident_bytes(), hostname=self.info.hostname, **self.state.stats.snapshot())
+
+
+def resident_bytes() -> int:
+    """This process's resident memory (VmRSS), 0 where /proc is not there."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmRSS:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return 0

@@ -6,6 +6,7 @@ enforced here so every entry point shares them.
 """
 import logging
 import threading
+import time
 from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Dict, List
@@ -21,10 +22,40 @@ log = logging.getLogger("bpuemu.board.daemon")
 
 @dataclass
 class Limits:
-    max_model_bytes: int = 1 << 30
-    max_jobs: int = 4               # infer + perf calls running at once
-    max_frame_count: int = 1_000_000
-    max_perf_time_minutes: float = 60.0
+    """What one board lets its callers use. Each limit is one clear error when hit.
+
+    They guard against mistakes and overload by callers that passed the token
+    check; unauthenticated calls are refused before any of this runs.
+    """
+
+    max_model_bytes: int = 1 << 30  # one upload (RESOURCE_EXHAUSTED)
+    max_jobs: int = 4               # infer + perf calls running at once (RESOURCE_EXHAUSTED)
+    max_frame_count: int = 1_000_000  # frame_count of one infer or perf (INVALID_ARGUMENT)
+    max_perf_time_minutes: float = 60.0  # perf_time of one perf (INVALID_ARGUMENT)
+    # Uploads in progress at once, over all callers (RESOURCE_EXHAUSTED). Bounds the
+    # store's temporary space to max_uploads x max_model_bytes.
+    max_uploads: int = 4
+    # Open data channel connections (RESOURCE_EXHAUSTED at HELLO); each holds a thread.
+    max_data_connections: int = 64
+
+
+class Stats:
+    """Counters a board reports through GetStats (how a farm sees where its load went)."""
+
+    FIELDS = ("infer_calls", "infer_frames", "infer_errors", "perf_jobs", "uploads", "refused_busy")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._counts = dict.fromkeys(self.FIELDS, 0)
+        self.started = time.monotonic()
+
+    def add(self, name: str, n: int = 1) -> None:
+        with self._lock:
+            self._counts[name] += n
+
+    def snapshot(self) -> Dict[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 class LoadedFile:
@@ -36,11 +67,13 @@ class LoadedFile:
 class BoardState:
     def __init__(self, model_dir: str, limits: Limits = Limits(), intra_op_threads: int = 1):
         self.limits = limits
-        self.store = ModelStore(model_dir, limits.max_model_bytes)
+        self.store = ModelStore(model_dir, limits.max_model_bytes, limits.max_uploads)
         self.intra_op_threads = intra_op_threads
         self._loaded: Dict[str, LoadedFile] = {}
         self._lock = threading.Lock()
         self._jobs = threading.BoundedSemaphore(limits.max_jobs)
+        self._running = 0
+        self.stats = Stats()
 
     @staticmethod
     def check_client(api_version: int, client_version: str) -> None:
@@ -83,11 +116,21 @@ class BoardState:
     def job(self, what: str):
         """Hold one of the board's job slots, or fail at once when all are busy."""
         if not self._jobs.acquire(blocking=False):
+            self.stats.add("refused_busy")
             raise ResourceExhausted(
                 f"board is busy: {self.limits.max_jobs} jobs already running; {what} refused",
                 hint="retry later, or start hrt_boardd with a larger --max-jobs",
             )
+        with self._lock:
+            self._running += 1
         try:
             yield
         finally:
+            with self._lock:
+                self._running -= 1
             self._jobs.release()
+
+    @property
+    def jobs_running(self) -> int:
+        with self._lock:
+            return self._running

@@ -5,7 +5,13 @@ uploader's file name). Uploads go to a temporary file in the same directory
 and are renamed into place only when their size and SHA-256 match, so the
 store never holds a partial or corrupt model, whatever the client does.
 Names come only from validated hex digests, so no request can reach a path
-outside the store.
+outside the store. The uploader's file name is kept only as display text
+(``display_file_name``: no directories, no control characters, at most 255
+characters) and is never used to build a path.
+
+At most ``max_uploads`` uploads run at once (over all callers); one more is
+refused with RESOURCE_EXHAUSTED, so the temporary files never take more than
+max_uploads x max_model_bytes.
 """
 import hashlib
 import json
@@ -21,6 +27,15 @@ from bpuemu.common.errors import InvalidInput, InvalidModelFile, NotFound, Resou
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _TMP_PREFIX = ".upload-"
+
+
+def display_file_name(name) -> str:
+    """The uploader's file name as the store keeps and lists it: display text, never a path."""
+    if not isinstance(name, str):
+        return ""
+    base = re.split(r"[\\/]", name)[-1]
+    base = "".join(c for c in base if c.isprintable())[:255]
+    return "" if base in (".", "..") else base
 
 
 def check_sha(sha: str) -> str:
@@ -40,8 +55,13 @@ class Upload:
     """One upload in progress; ``commit`` publishes it, ``abort`` drops it."""
 
     def __init__(self, store: "ModelStore", sha256: str, size: int, file_name: str):
-        self.store, self.sha256, self.size, self.file_name = store, sha256, size, file_name
-        fd, self.tmp_path = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=store.root)
+        self.store, self.sha256, self.size, self.file_name = store, sha256, size, display_file_name(file_name)
+        self._holds_slot = True  # taken by ModelStore.begin_upload
+        try:
+            fd, self.tmp_path = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=store.root)
+        except BaseException:
+            self._release()
+            raise
         self._file = os.fdopen(fd, "wb")
         self._hash = hashlib.sha256()
         self.received = 0
@@ -53,7 +73,18 @@ class Upload:
         self._hash.update(data)
         self._file.write(data)
 
+    def _release(self) -> None:
+        if self._holds_slot:
+            self._holds_slot = False
+            self.store._upload_slots.release()
+
     def commit(self) -> None:
+        try:
+            self._publish()
+        finally:
+            self._release()
+
+    def _publish(self) -> None:
         self._file.close()
         if self.received != self.size:
             raise InvalidInput(f"upload of {self.sha256[:12]} ended after {self.received} of {self.size} bytes")
@@ -65,20 +96,23 @@ class Upload:
             decode_bin(f.read(), source=self.file_name or self.sha256[:12])  # refuse non-models before publishing
         os.replace(self.tmp_path, self.store.path(self.sha256))
         with open(self.store.meta_path(self.sha256), "w") as f:
-            json.dump({"file_name": os.path.basename(self.file_name)[:255]}, f)
+            json.dump({"file_name": self.file_name}, f)
 
     def abort(self) -> None:
         try:
             self._file.close()
         finally:
+            self._release()
             if os.path.exists(self.tmp_path):
                 os.unlink(self.tmp_path)
 
 
 class ModelStore:
-    def __init__(self, root: str, max_model_bytes: int = 1 << 30):
+    def __init__(self, root: str, max_model_bytes: int = 1 << 30, max_uploads: int = 4):
         self.root = os.path.abspath(root)
         self.max_model_bytes = max_model_bytes
+        self.max_uploads = max_uploads
+        self._upload_slots = threading.BoundedSemaphore(max_uploads)
         os.makedirs(self.root, exist_ok=True)
         self._lock = threading.Lock()
         for name in os.listdir(self.root):  # uploads a crash left behind
@@ -110,6 +144,9 @@ class ModelStore:
             raise InvalidModelFile(f"upload of {sha[:12]} announces {size} bytes")
         if self.has(sha):
             return None
+        if not self._upload_slots.acquire(blocking=False):
+            raise ResourceExhausted(f"board is busy: {self.max_uploads} uploads already in progress; upload of {sha[:12]} refused",
+                                    hint="retry later, or start hrt_boardd with a larger --max-uploads")
         return Upload(self, sha, size, file_name)
 
     def list(self) -> List[StoredModel]:
@@ -121,8 +158,8 @@ class ModelStore:
             file_name = ""
             try:
                 with open(self.meta_path(sha)) as f:
-                    file_name = json.load(f).get("file_name", "")
-            except (OSError, ValueError):
-                pass
+                    file_name = display_file_name(json.load(f).get("file_name", ""))
+            except (OSError, ValueError, AttributeError):
+                pass  # metadata is informational: a model without it is still listed
             out.append(StoredModel(sha, os.path.getsize(os.path.join(self.root, name)), file_name))
         return out

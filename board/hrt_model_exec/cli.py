@@ -4,11 +4,14 @@
     hrt_model_exec infer --model_file m.bin --input_file img.jpg [--board HOST:PORT]
     hrt_model_exec perf  --model_file m.bin --thread_num 2 --frame_count 200 --profile_path .
     hrt_model_exec infer --model_file m.bin --ssh root@board[:22] --identity ~/.ssh/id_ed25519
+    hrt_model_exec perf  --model_file m.bin --board a:9473,b:9473 (or @boards.txt) --tls-ca ca.pem
 
 Flags are the real tool's, spelled the same way (``--model_file=a.bin,b.bin``).
 Without --board or --ssh the runtime runs in this process: on a board that is
 the board itself, on a host it is the x86 simulator. --ssh needs the host
 install (the SSH transport is a plugin, see bpuemu.board.backends).
+With several boards, perf fans out to all of them (and infer/model_info run on
+each): see bpuemu.board.hrt_model_exec.farm_cmd.
 """
 import functools
 import os
@@ -16,7 +19,6 @@ import sys
 
 import click
 
-from bpuemu.common.errors import InvalidInput
 from bpuemu.common.version import RUNTIME_VERSION, __version__
 from bpuemu.board.cliutil import BoolFlag, main_entry
 
@@ -28,13 +30,9 @@ def _split(value: str):
 
 
 def _token(token_file: str) -> str:
-    if token_file:
-        try:
-            with open(token_file) as f:
-                return f.read().strip()
-        except OSError as exc:
-            raise InvalidInput(f"cannot read token file {token_file}: {exc.strerror}") from None
-    return os.environ.get("BPUEMU_TOKEN", "")
+    from bpuemu.board.security import client_token  # the file, else BPUEMU_TOKEN
+
+    return client_token(token_file) or ""
 
 
 def model_options(f):
@@ -43,9 +41,12 @@ def model_options(f):
         click.option("--model_file", required=True, help="Model file(s), comma separated."),
         click.option("--model_name", default="", help="Model to use when the files hold several."),
         click.option("--core_id", default=0, show_default=True, type=click.IntRange(0, 2), help="BPU core (0: any)."),
-        click.option("--board", default="", metavar="HOST:PORT", help="Run on the hrt_boardd at HOST:PORT instead of in-process."),
+        click.option("--board", default="", metavar="HOST:PORT[,...]|@FILE",
+                     help="Run on the hrt_boardd at HOST:PORT instead of in-process; several boards comma separated, "
+                          "or @FILE listing one per line."),
         click.option("--token-file", "token_file", default="", help="Token for a board that requires one (or set BPUEMU_TOKEN)."),
     ]
+    f = tls_options(f)
     f = ssh_options(f)  # listed after the options above
     for opt in reversed(opts):
         f = opt(f)
@@ -89,6 +90,50 @@ def ssh_options(f):
     return wrapper
 
 
+def tls_options(f):
+    """--tls-ca/--tls-cert/--tls-key/--tls-server-name, gathered into one ``tls`` argument (TlsConfig or None)."""
+
+    @functools.wraps(f)
+    def wrapper(*args, tls_ca, tls_cert, tls_key, tls_server_name, **kwargs):
+        from bpuemu.board.security import TlsConfig
+
+        if kwargs.get("ssh") and (tls_ca or tls_cert or tls_key or tls_server_name):
+            raise click.UsageError("--tls-* options apply to --board (gRPC), not --ssh")
+        kwargs["tls"] = TlsConfig.from_options(tls_ca, tls_cert, tls_key, tls_server_name)
+        return f(*args, **kwargs)
+
+    opts = [
+        click.option("--tls-ca", "tls_ca", default="", metavar="FILE",
+                     help="Use TLS; trust boards whose certificate this CA signed (or set BPUEMU_TLS_CA)."),
+        click.option("--tls-cert", "tls_cert", default="", metavar="FILE",
+                     help="Client certificate for a board that requires one (mTLS; or set BPUEMU_TLS_CERT)."),
+        click.option("--tls-key", "tls_key", default="", metavar="FILE", help="Key of --tls-cert (or set BPUEMU_TLS_KEY)."),
+        click.option("--tls-server-name", "tls_server_name", default="", metavar="NAME",
+                     help="Name the board's certificate must carry, when not the --board host."),
+    ]
+    for opt in reversed(opts):
+        wrapper = opt(wrapper)
+    return wrapper
+
+
+def _farm(board, ssh):
+    """The boards of --board when it names several (a farm), else None."""
+    if not board or ("," not in board and not board.lstrip().startswith("@")):
+        return None
+    from bpuemu.board.farm import parse_boards
+
+    boards = parse_boards(board)
+    if ssh is not None:
+        raise click.UsageError("--ssh takes one board; several boards are for --board (gRPC)")
+    return boards if len(boards) > 1 else None
+
+
+def _access(token_file, tls):
+    from bpuemu.board.farm import BoardAccess
+
+    return BoardAccess(token=_token(token_file) or None, tls=tls, client_name="hrt_model_exec")
+
+
 def input_options(f):
     opts = [
         click.option("--input_file", default="", help="One file per input, comma separated: .bin, .npy, .txt, .jpg/.jpeg/.png."),
@@ -98,10 +143,22 @@ def input_options(f):
     return f
 
 
-def _open(model_file, board, token_file, ssh=None):
+def _open(model_file, board, token_file, ssh=None, tls=None):
     from bpuemu.board.backends import open_backend
 
-    return open_backend(_split(model_file), board=board or None, token=_token(token_file) or None, ssh=ssh)
+    if board and board.lstrip().startswith("@"):  # a board list naming one board
+        from bpuemu.board.farm import parse_boards
+
+        board = parse_boards(board)[0]
+    return open_backend(_split(model_file), board=board or None, token=_token(token_file) or None, ssh=ssh, tls=tls)
+
+
+def _random_inputs(handle):
+    import numpy as np
+    from bpuemu.common.input_types import random_rt_input
+
+    rng = np.random.default_rng(0)
+    return [random_rt_input(s, rng) for s in handle.model.input_specs]
 
 
 def _inputs(handle, input_file):
@@ -119,11 +176,16 @@ def cli():
 
 @cli.command("model_info")
 @model_options
-def model_info(model_file, model_name, core_id, board, token_file, ssh):
+def model_info(model_file, model_name, core_id, board, token_file, ssh, tls):
     """Print input and output tensor properties."""
     from bpuemu.board.hrt_model_exec.report import model_info_text
 
-    with _open(model_file, board, token_file, ssh) as be:
+    boards = _farm(board, ssh)
+    if boards:
+        from bpuemu.board.hrt_model_exec import farm_cmd
+
+        return farm_cmd.model_info(boards, _split(model_file), model_name, _access(token_file, tls))
+    with _open(model_file, board, token_file, ssh, tls) as be:
         handles = [be.model(model_name)] if model_name else [be.models[n] for n in be.model_names]
         click.echo(model_info_text([h.model for h in handles], be.description, be.load_ms))
 
@@ -139,13 +201,30 @@ def model_info(model_file, model_name, core_id, board, token_file, ssh):
 @click.option("--dump_intermediate", default=0, show_default=True, type=click.IntRange(0, 3),
               help="Dump every step's inputs and outputs: 1 bin, 2/3 bin and txt.")
 @click.option("--dump_path", default=".", show_default=True, type=click.Path(file_okay=False), help="Where dumps go.")
-def infer(model_file, model_name, core_id, board, token_file, ssh, input_file, frame_count, enable_dump, dump_format,
+def infer(model_file, model_name, core_id, board, token_file, ssh, tls, input_file, frame_count, enable_dump, dump_format,
           dump_precision, dump_txt_axis, dump_intermediate, dump_path):
     """Run inference on the given inputs (random ones when none are given)."""
     from bpuemu.board.hrt_model_exec import dump
     from bpuemu.board.hrt_model_exec.report import infer_text
 
-    with _open(model_file, board, token_file, ssh) as be:
+    boards = _farm(board, ssh)
+    if boards:
+        from bpuemu.board.farm import profile_dir
+        from bpuemu.board.hrt_model_exec import farm_cmd
+
+        def dumps(target, h, result):  # each board's files in a directory of its own
+            where, written = profile_dir(dump_path, target), []
+            if enable_dump:
+                written += dump.dump_outputs(where, h.name, result.outputs, dump_format, dump_precision, dump_txt_axis)
+            if dump_intermediate:
+                written += dump.dump_intermediate(where, h.model, result.intermediates, dump_intermediate, dump_precision,
+                                                  dump_txt_axis)
+            return written
+
+        return farm_cmd.infer(boards, _split(model_file), model_name, _access(token_file, tls),
+                              lambda h: _inputs(h, input_file) or _random_inputs(h), frame_count, dump_intermediate > 0,
+                              dumps)
+    with _open(model_file, board, token_file, ssh, tls) as be:
         h = be.model(model_name)
         inputs = _inputs(h, input_file)
         if not inputs:
@@ -173,13 +252,20 @@ def infer(model_file, model_name, core_id, board, token_file, ssh, input_file, f
 @click.option("--perf_time", default=0.0, show_default=True, type=click.FloatRange(0), help="Run this many minutes (0: use frame_count).")
 @click.option("--thread_num", default=1, show_default=True, type=click.IntRange(1, 8), help="Threads running frames.")
 @click.option("--profile_path", default="", help="Directory for profiler.log and profiler.csv (off when empty).")
-def perf(model_file, model_name, core_id, board, token_file, ssh, input_file, frame_count, perf_time, thread_num, profile_path):
-    """Measure latency and frame rate on the board itself."""
+def perf(model_file, model_name, core_id, board, token_file, ssh, tls, input_file, frame_count, perf_time, thread_num,
+         profile_path):
+    """Measure latency and frame rate on the board itself (on every board of a farm at once)."""
     from bpuemu.board.runtime.perf import PerfConfig
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
                         core_id=core_id, profile=bool(profile_path))
-    with _open(model_file, board, token_file, ssh) as be:
+    boards = _farm(board, ssh)
+    if boards:
+        from bpuemu.board.hrt_model_exec import farm_cmd
+
+        return farm_cmd.perf(boards, _split(model_file), model_name, _access(token_file, tls), config,
+                             lambda h: _inputs(h, input_file), _progress, profile_path)
+    with _open(model_file, board, token_file, ssh, tls) as be:
         h = be.model(model_name)
         inputs = _inputs(h, input_file)
         with _progress(frame_count if perf_time == 0 else 0) as progress:

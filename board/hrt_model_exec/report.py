@@ -62,3 +62,28 @@ def infer_text(model_name: str, outputs: dict, latencies: Sequence[float], top_k
     n = len(latencies)
     out.append(f"frame count: {n}, Average latency is: {sum(latencies) / max(n, 1):.6f} ms")
     return "\n".join(out)
+
+
+def farm_perf_text(outcomes, summary) -> str:
+    """The board farm's perf table: one row per board (or its failure), then all boards together.
+
+    ``outcomes``: BoardOutcome[BoardPerf] list; ``summary``: a FarmPerfSummary (bpuemu.board.farm).
+    """
+    width = max([len(o.target) for o in outcomes] + [len("all boards")])
+    head = f"{'board':<{width}}  {'frames':>8}  {'FPS':>12}  {'avg ms':>10}  {'p50 ms':>10}  {'p90 ms':>10}  {'p99 ms':>10}"
+    failed = summary.boards - summary.succeeded
+    out = [f"Board farm perf: {summary.boards} boards, {summary.succeeded} succeeded, {failed} failed", head, "-" * len(head)]
+    for o in outcomes:
+        if o.ok:
+            r = o.value.report
+            out.append(f"{o.target:<{width}}  {r.frame_count:>8}  {r.fps:>12.3f}  {r.average_latency_ms:>10.3f}  "
+                       f"{r.p50_ms:>10.3f}  {r.p90_ms:>10.3f}  {r.p99_ms:>10.3f}")
+        else:
+            out.append(f"{o.target:<{width}}  {'FAILED':>8}  {o.error.message.splitlines()[0]}")
+    out.append("-" * len(head))
+    s = summary
+    out.append(f"{'all boards':<{width}}  {s.frame_count:>8}  {s.fps:>12.3f}  {s.average_latency_ms:>10.3f}  "
+               f"{s.worst_p50_ms:>10.3f}  {s.worst_p90_ms:>10.3f}  {s.worst_p99_ms:>10.3f}")
+    out.append("(all boards: frames and FPS summed over the boards that succeeded, average latency weighted by "
+               "frames, p50/p90/p99 the worst board's)")
+    return "\n".join(out)

@@ -79,6 +79,11 @@ class BoardStub:
                 request_serializer=bpuemu_dot_board_dot_v1_dot_board__pb2.PerfRequest.SerializeToString,
                 response_deserializer=bpuemu_dot_board_dot_v1_dot_board__pb2.PerfEvent.FromString,
                 _registered_method=True)
+        self.GetStats = channel.unary_unary(
+                '/bpuemu.board.v1.Board/GetStats',
+                request_serializer=bpuemu_dot_board_dot_v1_dot_board__pb2.StatsRequest.SerializeToString,
+                response_deserializer=bpuemu_dot_board_dot_v1_dot_board__pb2.BoardStats.FromString,
+                _registered_method=True)
 
 
 class BoardServicer:
@@ -138,6 +143,12 @@ class BoardServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetStats(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_BoardServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +196,11 @@ def add_BoardServicer_to_server(servicer, server):
                     servicer.Perf,
                     request_deserializer=bpuemu_dot_board_dot_v1_dot_board__pb2.PerfRequest.FromString,
                     response_serializer=bpuemu_dot_board_dot_v1_dot_board__pb2.PerfEvent.SerializeToString,
+            ),
+            'GetStats': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetStats,
+                    request_deserializer=bpuemu_dot_board_dot_v1_dot_board__pb2.StatsRequest.FromString,
+                    response_serializer=bpuemu_dot_board_dot_v1_dot_board__pb2.BoardStats.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +446,33 @@ class Board:
             '/bpuemu.board.v1.Board/Perf',
             bpuemu_dot_board_dot_v1_dot_board__pb2.PerfRequest.SerializeToString,
             bpuemu_dot_board_dot_v1_dot_board__pb2.PerfEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetStats(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/bpuemu.board.v1.Board/GetStats',
+            bpuemu_dot_board_dot_v1_dot_board__pb2.StatsRequest.SerializeToString,
+            bpuemu_dot_board_dot_v1_dot_board__pb2.BoardStats.FromString,
             options,
             channel_credentials,
             insecure,

@@ -33,22 +33,28 @@ STORE_FILE_RE = re.compile(r"^[0-9a-f]{64}\.(bin|json)$")
 
 
 def clean_env(**extra: str) -> dict:
-    """The environment for a subprocess: no inherited token or debug switch."""
-    env = {k: v for k, v in os.environ.items() if k not in ("BPUEMU_TOKEN", "BPUEMU_DEBUG")}
+    """The environment for a subprocess: no inherited token, TLS setting or debug switch."""
+    env = {k: v for k, v in os.environ.items() if k not in ("BPUEMU_TOKEN", "BPUEMU_DEBUG") and not k.startswith("BPUEMU_TLS_")}
     env.update(extra)
     return env
 
 
 class Daemon:
-    """One hrt_boardd process on a free loopback port."""
+    """One hrt_boardd process on a free loopback port.
 
-    def __init__(self, workdir, *extra_args: str, env: Optional[dict] = None):
+    ``tls``: the client side (a TlsConfig) the harness uses for health checks and
+    ``client()`` when the daemon serves TLS. ``port``: listen on that port (a
+    restart on the port a previous daemon used); 0 picks a free one.
+    """
+
+    def __init__(self, workdir, *extra_args: str, env: Optional[dict] = None, tls=None, port: int = 0):
         self.workdir = os.fspath(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.model_dir = os.path.join(self.workdir, "models")
         self.port_file = os.path.join(self.workdir, "port")
         self.log_path = os.path.join(self.workdir, "hrt_boardd.log")
-        self.args = [sys.executable, "-m", "bpuemu.board.daemon", "--listen", "127.0.0.1:0",
+        self.tls = tls
+        self.args = [sys.executable, "-m", "bpuemu.board.daemon", "--listen", f"127.0.0.1:{port}",
                      "--model-dir", self.model_dir, "--port-file", self.port_file, *extra_args]
         self.env = env if env is not None else clean_env()
         self.proc: Optional[subprocess.Popen] = None
@@ -59,7 +65,10 @@ class Daemon:
         return f"127.0.0.1:{self.port}"
 
     def start(self) -> "Daemon":
-        with open(self.log_path, "wb") as log:
+        self.port = 0
+        if os.path.exists(self.port_file):
+            os.unlink(self.port_file)
+        with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=self.env)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.port:
@@ -85,7 +94,7 @@ class Daemon:
 
     def health(self, service: str = "", wait_s: float = 5.0) -> str:
         """The grpc.health.v1 status name of ``service`` ("" is the whole server)."""
-        with grpc.insecure_channel(self.target) as channel:
+        with self.channel() as channel:
             stub = health_pb2_grpc.HealthStub(channel)
             reply = stub.Check(health_pb2.HealthCheckRequest(service=service), timeout=wait_s, wait_for_ready=True)
         return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
@@ -117,10 +126,12 @@ class Daemon:
     def store_files(self) -> List[str]:
         return sorted(os.listdir(self.model_dir))
 
-    def client(self, token: Optional[str] = None) -> BoardClient:
-        return BoardClient(self.target, token=token, client_name="bpuemu-tests")
+    def client(self, token: Optional[str] = None, tls=None, **kwargs) -> BoardClient:
+        return BoardClient(self.target, token=token, client_name="bpuemu-tests", tls=tls or self.tls, **kwargs)
 
     def channel(self, **options) -> grpc.Channel:
+        if self.tls is not None:
+            return grpc.secure_channel(self.target, self.tls.grpc_credentials(), options=list(options.items()))
         return grpc.insecure_channel(self.target, options=list(options.items()))
 
 

@@ -84,11 +84,14 @@ def board(tmp_path_factory):
 
 @pytest.fixture
 def start_daemon(tmp_path_factory):
-    """Start a dedicated hrt_boardd with extra flags: ``start_daemon("--max-jobs", "1")``."""
+    """Start a dedicated hrt_boardd with extra flags: ``start_daemon("--max-jobs", "1")``.
+
+    ``tls``: the client-side TlsConfig the harness uses to reach a TLS daemon.
+    """
     started = []
 
-    def start(*extra_args, env=None) -> Daemon:
-        daemon = Daemon(tmp_path_factory.mktemp("hrt_boardd_dedicated"), *extra_args, env=env)
+    def start(*extra_args, env=None, tls=None) -> Daemon:
+        daemon = Daemon(tmp_path_factory.mktemp("hrt_boardd_dedicated"), *extra_args, env=env, tls=tls)
         started.append(daemon)
         return daemon.start()
 
@@ -112,3 +115,11 @@ def token_file(tmp_path_factory):
     path.write_text("s3cret-token-for-the-board-0123456789\n")
     return path
 
+
+
+@pytest.fixture(scope="session")
+def pki(tmp_path_factory):
+    """Self-signed CAs and certificates made for this run (tests/board/tls_certs.py)."""
+    from tls_certs import make_pki
+
+    return make_pki(tmp_path_factory.mktemp("pki"))
