@@ -112,7 +112,7 @@ def iter_samples(inputs: Sequence[CalInput], limit: int = 0) -> Iterator[Dict[st
 
 def _train_to_rt(x: np.ndarray, train: str, layout: str, spec: model_pb2.InputSpec) -> np.ndarray:
     """One image sample in input_type_train form -> input_type_rt data, per batch item."""
-    u8 = np.clip(np.rint(x.astype(np.float32)), 0, 255).astype(np.uint8)
+    u8 = x if x.dtype == np.uint8 else np.clip(np.rint(x.astype(np.float32)), 0, 255).astype(np.uint8)
     nhwc = relayout(u8, layout, "NHWC")
     rt = spec.input_type_rt
     items = []

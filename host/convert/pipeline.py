@@ -183,7 +183,6 @@ def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
 
 def run(job: ConvertJob) -> Artifacts:
     from bpuemu.host.convert.compile_stage import compile_for_board
-    from bpuemu.host.placement import place
     from bpuemu.host import quant
 
     t_start = time.time()
@@ -203,8 +202,7 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("optimized float model saved: %s", paths["optimized"])
 
     image_inputs = [ji.pre.name for ji in job.inputs if ji.pre.is_image]
-    placement = place(optimized, quantized_inputs=image_inputs, force_cpu=job.force_cpu,
-                      force_bpu=job.force_bpu, softmax_on_bpu=job.softmax_on_bpu)
+    placement = _place(optimized, job, image_inputs)
     for line in placement.cpu_reasons():
         log.info(line)
 
@@ -220,9 +218,9 @@ def run(job: ConvertJob) -> Artifacts:
     _check_loads(quantized, paths["quantized"])
     _save(quantized, paths["quantized"])
 
-    eval_feeds = feeds[: min(len(feeds), 16)] or None
-    cosines = quant.node_cosines(optimized, quantized, eval_feeds, int8_inputs=image_inputs) if eval_feeds else {}
-    out_cos = quant.output_cosines(optimized, quantized, eval_feeds) if eval_feeds else {}
+    eval_feeds = feeds[: min(len(feeds), 16)]
+    sim = quant.similarity(optimized, quantized, eval_feeds)  # node and output cosines from one run
+    cosines, out_cos = sim.nodes, sim.outputs
     thresholds = getattr(params, "node_thresholds", lambda: {})()
     table = placement.table({
         "Cosine Similarity": [f"{cosines[n.name]:.6f}" if n.name in cosines else "--" for n in placement.nodes],
@@ -230,6 +228,10 @@ def run(job: ConvertJob) -> Artifacts:
     })
     for line in table.splitlines():
         log.info(line)
+    if sim.fused and cosines:
+        log.info("Cosine Similarity of a node fused with the Relu/Clip after it (%s) is taken at that activation's "
+                 "output, the value the BPU computes for the pair", ", ".join(sorted(sim.fused)[:3]) + (
+                     ", ..." if len(sim.fused) > 3 else ""))
     for name, c in out_cos.items():
         log.info("output %s: cosine similarity %.6f (over %d calibration sample(s))", name, c, len(eval_feeds))
         if c < 0.99:
@@ -257,6 +259,39 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("End Model Convert (%.1f s)", time.time() - t_start)
     return Artifacts(paths["original"], paths["optimized"], paths["calibrated"], paths["quantized"], paths["bin"],
                      sha, cosines, table, out_cos)
+
+
+def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[str]):
+    """BPU/CPU placement of the optimized model.
+
+    A QDQ model (QAT export, calibration_type load) is placed on its float
+    graph, the QuantizeLinear/DequantizeLinear pairs stripped (``strip_qdq``):
+    on the QDQ graph every Relu or pooling op would sit between CPU-side Q/DQ
+    nodes and fall to the CPU. Nodes the QAT model keeps in the integer domain
+    (``qdq_wrapped_nodes``) go to the BPU when they meet its constraints, as the
+    QAT model says; run_on_cpu still wins. Node names are those calibrate()
+    gives the same model (unnamed nodes named before stripping).
+    """
+    from bpuemu.host.optable import check_constraints
+    from bpuemu.host.placement import place
+    from bpuemu.host.quant import qdq_wrapped_nodes, strip_qdq
+    from bpuemu.host.quant.graph import has_qdq, name_nodes
+
+    force_bpu = set(job.force_bpu)
+    model = optimized
+    if has_qdq(optimized):
+        name_nodes(optimized)
+        model, _, _ = strip_qdq(optimized)
+        by_name = {n.name: n for n in model.graph.node}
+        wrapped = {n for n in qdq_wrapped_nodes(optimized) if n in by_name}
+        fits = {n for n in wrapped if not check_constraints(by_name[n], model)}
+        for n in sorted(wrapped - fits):
+            log.info("%s is in the integer domain of the QAT model but violates a BPU constraint (%s); it runs on the CPU",
+                     n, check_constraints(by_name[n], model))
+        force_bpu |= fits - set(job.force_cpu)
+        log.info("QAT model: %d node(s) in its integer domain go to the BPU", len(fits))
+    return place(model, quantized_inputs=image_inputs, force_cpu=job.force_cpu, force_bpu=sorted(force_bpu),
+                 softmax_on_bpu=job.softmax_on_bpu)
 
 
 def _check_loads(model: onnx.ModelProto, path: str) -> None:

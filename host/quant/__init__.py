@@ -4,6 +4,7 @@
     calibrated = build_calibrated_model(optimized, params)      # *_calibrated_model.onnx
     quantized = build_quantized_model(optimized, params, image_inputs)   # *_quantized_model.onnx
     cosines = node_cosines(optimized, quantized, samples)      # the "Cosine Similarity" column
+    sim = similarity(optimized, quantized, samples)            # node and output cosines in one run
 
 Calibration is separate from quantization (onnxruntime's quantization tool is
 the model): per-op quantizers in a registry *mark* the tensors of BPU nodes
@@ -36,8 +37,8 @@ Evaluation (searches, cosines) uses the board runtime's session options (QDQ
 fusion off), as the runtime runs the `.bin`.
 """
 from bpuemu.host.quant.api import (
-    STRATEGIES, calibrate, build_calibrated_model, build_quantized_model, node_cosines, output_cosines,
-    qdq_wrapped_nodes, random_samples,
+    STRATEGIES, Similarity, build_calibrated_model, build_quantized_model, calibrate, fused_activations, node_cosines,
+    output_cosines, qdq_wrapped_nodes, random_samples, similarity,
 )
 from bpuemu.host.quant.calibrators import THRESHOLD_METHODS, Calibration, Method, kl_threshold, max_threshold
 from bpuemu.host.quant.emit import CALIBRATION_OP, HORIZON_DOMAIN, calibrated_to_fakequant, calibration_nodes
@@ -50,9 +51,9 @@ from bpuemu.host.quant.statistics import StatisticsCollector, TensorStats
 
 __all__ = [
     "CALIBRATION_OP", "CALIBRATION_TYPES", "HORIZON_DOMAIN", "OP_QUANTIZERS", "STRATEGIES", "THRESHOLD_METHODS",
-    "Calibration", "Candidate", "Int16Spec", "Method", "QuantOptions", "QuantParams", "QuantPlan",
+    "Calibration", "Candidate", "Int16Spec", "Method", "QuantOptions", "QuantParams", "QuantPlan", "Similarity",
     "StatisticsCollector", "TensorQuant", "TensorStats", "WeightQuant",
     "build_calibrated_model", "build_quantized_model", "calibrate", "calibrated_to_fakequant", "calibration_nodes",
-    "cosine", "kl_threshold", "max_threshold", "node_cosines", "output_cosines", "qdq_wrapped_nodes",
-    "random_samples", "sensitivity_of_nodes", "strip_qdq",
+    "cosine", "fused_activations", "kl_threshold", "max_threshold", "node_cosines", "output_cosines",
+    "qdq_wrapped_nodes", "random_samples", "sensitivity_of_nodes", "similarity", "strip_qdq",
 ]

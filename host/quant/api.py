@@ -5,6 +5,7 @@ calibration_type (default, mix, kl, max, skip, load) over statistics collected
 once; the build functions then rewrite the model in one pass each.
 """
 import logging
+from dataclasses import dataclass
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
@@ -12,7 +13,9 @@ import onnx
 
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.quant import search
-from bpuemu.host.quant.calibrators import MAX, Calibration, Method, ThresholdCache, group_params, percentile_method
+from bpuemu.host.quant.calibrators import (
+    MAX, Calibration, Method, ThresholdCache, group_params, needs_histogram, percentile_method,
+)
 from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
 from bpuemu.host.quant.graph import (
     DQ, INT16_OPSET, MIN_OPSET, Q, GraphIndex, LoadedQuant, LoadedWeight, constants_to_initializers, convert_opset,
@@ -139,8 +142,13 @@ def _weights(plan: QuantPlan) -> Dict[str, WeightQuant]:
     return {w: quantize_weight(w, idx.const(w), site.axis) for w, site in plan.weights.items()}
 
 
-def _stats_cache(plan: QuantPlan, samples: Sequence[Sample], options: QuantOptions) -> ThresholdCache:
-    stats = collect_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins)
+def _stats_cache(plan: QuantPlan, samples: Sequence[Sample], options: QuantOptions,
+                 methods: Sequence[Calibration]) -> ThresholdCache:
+    """Statistics for the calibrations ``methods``: the histogram pass only when one of
+    them reads histograms, per-channel ranges only when one is per-channel."""
+    stats = collect_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins,
+                               histograms=any(needs_histogram(c.method) for c in methods),
+                               per_channel=any(c.per_channel for c in methods))
     return ThresholdCache(stats, options.kl_quantized_bins)
 
 
@@ -168,7 +176,7 @@ def _strategy_default(ctx: _Context):
         ctx.log.warning("per_channel is chosen by the default search itself; the per_channel setting is ignored")
     if ctx.options.max_percentile < 1.0:
         ctx.log.warning("max_percentile applies to calibration_type max only; ignored with default")
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.default_candidates(ctx.options.search_percentile))
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     res = search.default_search(ctx.plan, cache, weights, ev, ctx.options.search_target, ctx.options.search_percentile, ctx.log)
@@ -177,7 +185,7 @@ def _strategy_default(ctx: _Context):
 
 def _strategy_mix(ctx: _Context):
     _need_samples(ctx)
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options))
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     return search.mix_search(ctx.plan, cache, weights, ev, ctx.options, ctx.log), weights
@@ -188,15 +196,16 @@ def _uniform(method: Method):
         _need_samples(ctx)
         o = ctx.options
         m = percentile_method(o.max_percentile) if method.kind == "max" else method
-        cache = _stats_cache(ctx.plan, ctx.samples, o)
-        return search.uniform(ctx.plan, cache, Calibration(m, o.per_channel, o.asymmetric), ctx.log), _weights(ctx.plan)
+        calib = Calibration(m, o.per_channel, o.asymmetric)
+        cache = _stats_cache(ctx.plan, ctx.samples, o, [calib])
+        return search.uniform(ctx.plan, cache, calib, ctx.log), _weights(ctx.plan)
     return strategy
 
 
 def _strategy_skip(ctx: _Context):
     ctx.log.warning("calibration_type skip: calibrating with random data (max); the model cannot be used for accuracy checks")
     ctx.samples = random_samples(ctx.plan.model, ctx.plan.int8_inputs, ctx.options.skip_samples, ctx.options.seed)
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, [Calibration(MAX)])
     res = search.uniform(ctx.plan, cache, Calibration(MAX), ctx.log)
     res.method = "skip"
     return res, _weights(ctx.plan)
@@ -249,7 +258,7 @@ def _strategy_load(ctx: _Context):
         log.warning("load: %d quantized tensor group(s) have no parameters in the QAT model (%s); calibrating them with max "
                     "on %s", len(missing), ", ".join(g.members[0] for g in missing),
                     "the calibration data" if ctx.samples else "random data")
-        cache = _stats_cache(plan, samples, ctx.options)
+        cache = _stats_cache(plan, samples, ctx.options, [Calibration(MAX)])
         for g in missing:
             acts.update(group_params(plan, g, Calibration(MAX), cache))
     idx = GraphIndex(plan.model)
@@ -377,6 +386,110 @@ def _dequantize(qidx: GraphIndex, q: onnx.NodeProto, x: np.ndarray) -> np.ndarra
     return (x.astype(np.int32) - zp).astype(np.float32) * scale
 
 
+@dataclass
+class Similarity:
+    """How close the quantized model is to the float model, over some samples.
+
+    ``nodes``: the "Cosine Similarity" column (see ``node_cosines``);
+    ``outputs``: per model output; ``fused``: node -> the Relu/Clip whose output
+    its row reports (see ``node_cosines``).
+    """
+
+    nodes: Dict[str, float]
+    outputs: Dict[str, float]
+    fused: Dict[str, str]
+
+
+def _q_params(qidx: GraphIndex, tensor: str) -> Optional[tuple]:
+    """(scale, zero point) of the QuantizeLinear that quantizes ``tensor``, if one does."""
+    q = next((c for c, _ in qidx.consumers.get(tensor, []) if c.op_type == Q), None)
+    if q is None:
+        return None
+    scale = qidx.const(q.input[1])
+    zp = qidx.const(q.input[2]) if len(q.input) > 2 and q.input[2] else np.zeros_like(scale, np.int64)
+    return scale, zp.astype(np.int64)
+
+
+def fused_activations(float_model: onnx.ModelProto, quantized_model: onnx.ModelProto) -> Dict[str, str]:
+    """Node -> the Relu/Clip it is fused with in ``quantized_model``.
+
+    A node is fused with a Relu/Clip when that activation is the only reader of
+    its output and the quantized model quantizes both outputs with the same
+    parameters: the node's output takes the activation's (non-negative) range,
+    as the BPU computes the pair as one op (bpuemu.host.quant.marking).
+    """
+    from bpuemu.host.quant.marking import RELU_LIKE
+
+    fidx, qidx = GraphIndex(float_model), GraphIndex(quantized_model)
+    out = {}
+    for n in fidx.nodes:
+        if not n.output or n.output[0] in fidx.outputs or n.op_type in (Q, DQ):
+            continue
+        readers = fidx.consumers.get(n.output[0], [])
+        if len(readers) != 1 or readers[0][0].op_type not in RELU_LIKE or readers[0][1] != 0:
+            continue
+        act = readers[0][0]
+        qn, qa = qidx.by_name.get(n.name), qidx.by_name.get(act.name)
+        if qn is None or qa is None or not qn.output or not qa.output:
+            continue
+        pn, pa = _q_params(qidx, qn.output[0]), _q_params(qidx, qa.output[0])
+        if pn is not None and pa is not None and all(a.shape == b.shape and np.array_equal(a, b) for a, b in zip(pn, pa)):
+            out[n.name] = act.name
+    return out
+
+
+def similarity(
+    float_model: onnx.ModelProto,
+    quantized_model: onnx.ModelProto,
+    samples: Sequence[Sample],
+    nodes: Optional[Sequence[str]] = None,
+) -> Similarity:
+    """Node and output cosine similarities from one run of each model per sample
+    (what makertbin reports; see ``node_cosines`` and ``output_cosines``)."""
+    from bpuemu.host.quant.graph import tensor_infos
+
+    fm = prepare_model(float_model) if not has_qdq(float_model) else float_model
+    fidx, qidx = GraphIndex(fm), GraphIndex(quantized_model)
+    fused = fused_activations(fm, quantized_model)
+    pairs = []
+    for n in fidx.nodes:
+        if nodes is not None and n.name not in nodes:
+            continue
+        shown = fidx.by_name[fused[n.name]] if n.name in fused else n   # a fused node reports its activation's output
+        qn = qidx.by_name.get(shown.name)
+        if qn is None or n.op_type in (Q, DQ) or not shown.output or not qn.output:
+            continue
+        target, qnode = _dequantized_name(qidx, qn.output[0])
+        pairs.append((n.name, shown.output[0], target, qnode))
+    f_infos = tensor_infos(fm)
+    pairs = [p for p in pairs if p[1] in f_infos and f_infos[p[1]].is_float]
+    out_names = [o.name for o in fm.graph.output]
+    if not samples:
+        return Similarity({}, {}, fused)
+    q_infos = tensor_infos(quantized_model)
+    f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
+    q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
+    fs = session(with_outputs(fm, f_names, f_infos))
+    qs = session(with_outputs(quantized_model, q_names, q_infos))
+    compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
+    sums: Dict[tuple, float] = {k: 0.0 for k in compared}
+    ref, got = [], []
+    for s in samples:
+        fv = dict(zip(f_names, fs.run(f_names, feed_for(fs, s))))
+        qv = dict(zip(q_names, qs.run(q_names, feed_for(qs, s))))
+        for (ft, qt), qnode in compared.items():
+            q = qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])
+            sums[(ft, qt)] += cosine(fv[ft], q)
+        ref.append([fv[o] for o in out_names])
+        fixed = []
+        for o in out_names:
+            prod = qidx.producer.get(o)
+            fixed.append(_dequantize(qidx, prod, qv[o]) if prod is not None and prod.op_type == Q else qv[o])
+        got.append(fixed)
+    return Similarity({name: sums[(ft, qt)] / len(samples) for name, ft, qt, _ in pairs},
+                      search.output_cosines(ref, got, out_names), fused)
+
+
 def node_cosines(
     float_model: onnx.ModelProto,
     quantized_model: onnx.ModelProto,
@@ -387,54 +500,20 @@ def node_cosines(
     """Per node: the cosine similarity of its first output in the float model and the
     same node's (dequantized) output in the quantized model, averaged over samples.
 
+    A node fused with the Relu/Clip that follows it (``fused_activations``: the
+    activation is the only reader, and the node's output is quantized with the
+    activation's non-negative range) reports the cosine at the activation's
+    output, the value the BPU produces for the pair. Its own output is not
+    meaningful on its own: the quantized tensor is clipped to the activation's
+    range, so comparing it with the float output, negatives included, would
+    show a low cosine (0.6 is typical) where nothing is lost.
+
     ``int8_inputs`` is accepted for symmetry with calibrate(); samples are cast
     to each model's input types anyway (X_128 floats -> int8).
     """
-    fm = prepare_model(float_model) if not has_qdq(float_model) else float_model
-    fidx, qidx = GraphIndex(fm), GraphIndex(quantized_model)
-    pairs = []
-    for n in fidx.nodes:
-        if nodes is not None and n.name not in nodes:
-            continue
-        qn = qidx.by_name.get(n.name)
-        if qn is None or n.op_type in (Q, DQ) or not n.output or not qn.output:
-            continue
-        target, qnode = _dequantized_name(qidx, qn.output[0])
-        pairs.append((n.name, n.output[0], target, qnode))
-    if not pairs or not samples:
-        return {}
-    from bpuemu.host.quant.graph import tensor_infos
-
-    f_infos = tensor_infos(fm)
-    pairs = [p for p in pairs if p[1] in f_infos and f_infos[p[1]].is_float]
-    q_infos = tensor_infos(quantized_model)
-    f_names = list(dict.fromkeys(p[1] for p in pairs))
-    q_names = list(dict.fromkeys(p[2] for p in pairs))
-    fs = session(with_outputs(fm, f_names, f_infos))
-    qs = session(with_outputs(quantized_model, q_names, q_infos))
-    sums: Dict[str, float] = {p[0]: 0.0 for p in pairs}
-    for s in samples:
-        fv = dict(zip(f_names, fs.run(f_names, feed_for(fs, s))))
-        qv = dict(zip(q_names, qs.run(q_names, feed_for(qs, s))))
-        for name, ft, qt, qnode in pairs:
-            q = qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])
-            sums[name] += cosine(fv[ft], q)
-    return {name: v / len(samples) for name, v in sums.items()}
+    return similarity(float_model, quantized_model, samples, nodes).nodes
 
 
 def output_cosines(float_model: onnx.ModelProto, quantized_model: onnx.ModelProto, samples: Sequence[Sample]) -> Dict[str, float]:
     """Per model output: the cosine similarity averaged over samples (int8 outputs dequantized)."""
-    fm = prepare_model(float_model) if not has_qdq(float_model) else float_model
-    names = [o.name for o in fm.graph.output]
-    ref = float_outputs(fm, samples)
-    qidx = GraphIndex(quantized_model)
-    sess = session(quantized_model)
-    outs = []
-    for s in samples:
-        vals = sess.run(names, feed_for(sess, s))
-        fixed = []
-        for name, v in zip(names, vals):
-            prod = qidx.producer.get(name)
-            fixed.append(_dequantize(qidx, prod, v) if prod is not None and prod.op_type == Q else v)
-        outs.append(fixed)
-    return search.output_cosines(ref, outs, names)
+    return similarity(float_model, quantized_model, samples, nodes=()).outputs

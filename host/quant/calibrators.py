@@ -186,6 +186,11 @@ def kl_threshold(stats: TensorStats, quantized_bins: int = 128, **_) -> float:
     return float(best * stats.bin_width)
 
 
+def needs_histogram(method: Method) -> bool:
+    """Whether ``method`` reads the |x| histogram (max alone needs only the range)."""
+    return not (method.kind == "max" and method.percentile >= 1.0)
+
+
 ThresholdFn = Callable[..., float]
 THRESHOLD_METHODS: Dict[str, ThresholdFn] = {
     "max": max_threshold,
@@ -204,6 +209,8 @@ class ThresholdCache:
     def threshold(self, tensor: str, method: Method) -> float:
         key = (tensor, method)
         if key not in self._cache:
+            if needs_histogram(method) and self.stats[tensor].hist is None:
+                raise ValueError(f"{method.name} needs histograms, and the statistics were collected without them")
             fn = THRESHOLD_METHODS[method.kind]
             self._cache[key] = fn(self.stats[tensor], percentile=method.percentile, quantized_bins=self.quantized_bins)
         return self._cache[key]

@@ -94,6 +94,19 @@ def log_selection(log: logging.Logger, method: str, per_channel: bool, asymmetri
         log.info("Asymmetric quantization is enabled.")
 
 
+def default_candidates(percentile: float) -> List[Calibration]:
+    """Every calibration the default search may try, in its order (steps 1, 2, 3)."""
+    pct = percentile_method(percentile)
+    return [Calibration(MAX), Calibration(pct), Calibration(KL), Calibration(pct, per_channel=True),
+            Calibration(pct, per_channel=True, asymmetric=True)]
+
+
+def mix_candidates(options) -> List[Calibration]:
+    """Every calibration the mix search may assign."""
+    return [Calibration(m, options.per_channel, options.asymmetric)
+            for m in (KL, MAX, percentile_method(options.search_percentile))]
+
+
 def default_search(plan: QuantPlan, cache: ThresholdCache, weights, evaluator: Evaluator, target: float,
                    percentile: float, log: logging.Logger) -> SearchResult:
     candidates: List[Candidate] = []
@@ -106,18 +119,18 @@ def default_search(plan: QuantPlan, cache: ThresholdCache, weights, evaluator: E
     def best():
         return max(tried, key=lambda x: x[0].cosine)  # first of equals wins: earlier steps are preferred
 
+    *step1, step2, step3 = default_candidates(percentile)
     log.info("default calibration search, step 1: max, max-percentile %g, kl", percentile)
-    for calib in (Calibration(MAX), Calibration(percentile_method(percentile)), Calibration(KL)):
+    for calib in step1:
         run(calib)
     if best()[0].cosine < target:
         log.info("step 1 best cosine %.6f < %.3f; step 2: max-percentile %g with perchannel featuremap calibration",
                  best()[0].cosine, target, percentile)
-        step2 = Calibration(percentile_method(percentile), per_channel=True)
         run(step2)
         if best()[0].cosine < target:
             # "the method corresponding to the highest cosine similarity in Step2": step 2 has one candidate.
             log.info("step 2 best cosine %.6f < %.3f; step 3: %s with asymmetric quantization", best()[0].cosine, target, step2.name)
-            run(Calibration(step2.method, step2.per_channel, asymmetric=True))
+            run(step3)
     cand, calib, acts = best()
     log_selection(log, calib.method.name, calib.per_channel, calib.asymmetric)
     return SearchResult(acts, calib.method.name, calib.per_channel, calib.asymmetric, candidates, {})

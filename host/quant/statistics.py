@@ -7,7 +7,8 @@ statistics, never all activations), ``compute_data`` (the per-tensor
 ``TensorStats``). Two passes over the samples: the first finds each tensor's
 range (min, max, per-channel min/max along axis 1), the second fills a
 histogram of |x| over [0, absmax] with a fixed bin count, so histograms of
-different samples add up exactly.
+different samples add up exactly. Methods that need no histogram (max) skip
+the second pass, and per-tensor ones the per-channel ranges.
 """
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence
@@ -26,7 +27,7 @@ class TensorStats:
     max: float
     channel_min: Optional[np.ndarray]   # along axis 1, when the tensor has one
     channel_max: Optional[np.ndarray]
-    hist: np.ndarray                    # counts of |x| in bins over [0, absmax]
+    hist: Optional[np.ndarray]          # counts of |x| in bins over [0, absmax]; None when not collected
     count: int
 
     @property
@@ -35,7 +36,7 @@ class TensorStats:
 
     @property
     def bin_width(self) -> float:
-        return self.absmax / len(self.hist) if len(self.hist) else 0.0
+        return self.absmax / len(self.hist) if self.hist is not None and len(self.hist) else 0.0
 
     @property
     def channel_absmax(self) -> Optional[np.ndarray]:
@@ -56,13 +57,13 @@ class TensorStats:
 class _Accumulator:
     """Running statistics of one tensor: range first, then the histogram."""
 
-    def __init__(self, bins: int):
+    def __init__(self, bins: int, histogram: bool = True, per_channel: bool = True):
         self.bins = bins
         self.lo = self.hi = None
         self.cmin = self.cmax = None
-        self.per_channel = True
+        self.per_channel = per_channel
         self.count = 0
-        self.hist = np.zeros(bins, np.int64)
+        self.hist = np.zeros(bins, np.int64) if histogram else None
 
     def update_range(self, x: np.ndarray) -> None:
         if x.size == 0:
@@ -85,7 +86,7 @@ class _Accumulator:
             self.per_channel = False
 
     def update_hist(self, x: np.ndarray) -> None:
-        if self.lo is None:
+        if self.lo is None or self.hist is None:
             return
         absmax = max(abs(self.lo), abs(self.hi))
         if absmax <= 0:
@@ -104,13 +105,15 @@ class _Accumulator:
 class StatisticsCollector:
     """augment_graph -> collect_data -> compute_data, for the tensors a plan quantizes."""
 
-    def __init__(self, model: onnx.ModelProto, tensors: Sequence[str], infos: Mapping[str, TensorInfo], bins: int = 2048):
+    def __init__(self, model: onnx.ModelProto, tensors: Sequence[str], infos: Mapping[str, TensorInfo], bins: int = 2048,
+                 histograms: bool = True, per_channel: bool = True):
         self.model = model
         self.tensors = list(dict.fromkeys(tensors))
         self.infos = infos
         self.bins = bins
+        self.histograms = histograms
         self.augmented: Optional[onnx.ModelProto] = None
-        self._acc = {t: _Accumulator(bins) for t in self.tensors}
+        self._acc = {t: _Accumulator(bins, histograms, per_channel) for t in self.tensors}
 
     def augment_graph(self) -> onnx.ModelProto:
         self.augmented = with_outputs(self.model, self.tensors, self.infos)
@@ -131,6 +134,8 @@ class StatisticsCollector:
         for sample in samples:
             for t, x in self._run(sess, sample).items():
                 self._acc[t].update_range(x)
+        if not self.histograms:
+            return
         for sample in samples:
             for t, x in self._run(sess, sample).items():
                 self._acc[t].update_hist(x)
@@ -150,8 +155,12 @@ def collect_statistics(
     samples: Sequence[Mapping[str, np.ndarray]],
     infos: Mapping[str, TensorInfo],
     bins: int = 2048,
+    histograms: bool = True,
+    per_channel: bool = True,
 ) -> Dict[str, TensorStats]:
-    c = StatisticsCollector(model, tensors, infos, bins)
+    """``histograms``: whether any method will need them (KL, percentiles); ``per_channel``:
+    whether per-channel featuremap ranges will be asked for."""
+    c = StatisticsCollector(model, tensors, infos, bins, histograms, per_channel)
     c.augment_graph()
     c.collect_data(samples)
     return c.compute_data()

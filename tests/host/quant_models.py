@@ -105,6 +105,18 @@ def relu_model(size: int = 8, seed: int = 2) -> onnx.ModelProto:
     return b.model("relu", {"x": [1, 3, size, size]}, {"y": [1, 4, size, size]})
 
 
+def negative_conv_relu_model(size: int = 8, seed: int = 5) -> onnx.ModelProto:
+    """Conv (bias -6: mostly large negative outputs) -> Relu -> Conv: the first Conv's output
+    takes the Relu's small non-negative range, so most of its values clip."""
+    b = Builder(seed)
+    w = (b.rng.standard_normal((8, 3, 3, 3)) * 0.5).astype(np.float32)
+    y = b.node("Conv", ["x", b.init("Conv_a_w", w), b.init("Conv_a_b", np.full(8, -6.0, np.float32))], "Conv_a",
+               kernel_shape=[3, 3], pads=[1, 1, 1, 1])
+    r = b.node("Relu", [y], "Conv_a_relu")
+    b.conv("Conv_b", r, 8, 4, k=1, relu=False, out="y")
+    return b.model("negative_relu", {"x": [1, 3, size, size]}, {"y": [1, 4, size, size]})
+
+
 def identity_conv_model(channels: int = 4, size: int = 16) -> onnx.ModelProto:
     """A 1x1 identity conv: its input activation statistics are exactly the data fed."""
     b = Builder(0)

@@ -275,3 +275,66 @@ def test_preprocess_on_reads_images_and_output_nodes_cuts_the_model(tmp_path):
     model = read_bin(str(tmp_path / "model_output" / "sample.bin")).model()
     assert [o.name for o in model.outputs] == ["logits"]  # cut at Gemm_fc: no Softmax
     assert not any(s.name == "Softmax_prob" for s in model.plan)
+
+
+def test_cosine_column_reports_a_fused_conv_at_its_relu_output(tmp_path, caplog):
+    cfg, _ = sample_project(tmp_path, "rgb", "NHWC", samples=4)
+    with caplog.at_level(logging.INFO, logger="bpuemu.host.makertbin"):
+        art = makertbin_from_config(cfg)
+    for conv in ("Conv_0", "Conv_1_dw", "Conv_2"):
+        assert art.cosines[conv] == art.cosines[f"{conv}_relu"] > 0.99, art.cosines
+    row = next(line for line in art.table.splitlines() if line.split()[:1] == ["Conv_1_dw"])
+    assert f"{art.cosines['Conv_1_dw']:.6f}" in row
+    assert any("taken at that activation's output" in m for m in caplog.messages)
+
+
+def test_calibration_type_load_places_the_qat_model_on_its_float_graph(tmp_path):
+    """A QDQ model (onnxruntime's quantize_static of a float CNN, standing in for a QAT export)
+    converts with calibration_type load and no calibration data. Placed on its float graph, every
+    node -- Relu, pooling and Flatten included -- joins one BPU subgraph (on the QDQ graph they
+    would sit between Q/DQ nodes and fall to the CPU); the .bin reproduces quanti.onnx bit-exactly,
+    and both agree with the QAT model itself within one step of the output scale."""
+    import onnxruntime as ort
+    from onnx import numpy_helper
+
+    from bpuemu.board.runtime.sessions import session_options
+    from bpuemu.host.samples import MEAN, SCALE, sample_float_model
+    from quant_models import ort_quantize_static
+
+    def normalised(page):
+        return ((page.transpose(2, 0, 1)[None].astype(np.float32) - MEAN[None, :, None, None]) * SCALE).astype(np.float32)
+
+    rng = np.random.default_rng(3)
+    pages = [text_image(32, 32, rng) for _ in range(12)]
+    qat = ort_quantize_static(sample_float_model(32, 32, image_input=False), [{"data": normalised(p)} for p in pages[:8]], True)
+    onnx.save(qat, str(tmp_path / "qat.onnx"))
+    cfg = write_config(str(tmp_path / "qat.yaml"), str(tmp_path / "qat.onnx"), "qat", str(tmp_path / "out"),
+                       {"data": {"input_type_train": "rgb", "input_layout_train": "NCHW", "input_type_rt": "rgb",
+                                 "input_layout_rt": "NHWC", "norm_type": "data_mean_and_scale",
+                                 "mean_value": "123.68 116.78 103.94", "scale_value": "0.017", "input_shape": "1x3x32x32"}},
+                       calibration={"calibration_type": "load"})
+    art = makertbin_from_config(cfg)
+
+    rows = [line.split() for line in art.table.splitlines()[3:] if line.strip() and not line.startswith("=")]
+    names = {r[0] for r in rows}
+    assert {"Conv_0_relu", "GlobalAveragePool_0", "Flatten_0", "Gemm_fc"} <= names
+    assert not any("QuantizeLinear" in n or "DequantizeLinear" in n for n in names), names
+    assert all(r[1] == "BPU" and r[2] == "id(0)" for r in rows), art.table
+    model = read_bin(art.bin).model()
+    assert [s.name for s in model.plan if s.name.startswith("BPU_")] == ["BPU_qat_subgraph_0"]
+
+    q = onnx.load(art.quantized)
+    consts = {t.name: numpy_helper.to_array(t) for t in q.graph.initializer}
+    out_dq = next(n for n in q.graph.node if n.output[0] == "prob")
+    lsb = float(consts[out_dq.input[1]])
+    rt_ = Runtime()
+    rt_.load(art.bin)
+    m = rt_.model()
+    spec = m.model.input_specs[0]
+    qsess = HB_ONNXRuntime(art.quantized)
+    qat_sess = ort.InferenceSession(str(tmp_path / "qat.onnx"), session_options(), providers=["CPUExecutionProvider"])
+    for page in pages[8:]:
+        got = m.run([page[None]])[0]
+        assert np.array_equal(got, qsess.run(None, {"data": to_model_input(page[None], spec)})[0])
+        qat_out = qat_sess.run(None, {"data": normalised(page)})[0]
+        assert np.abs(got - qat_out).max() <= lsb * 1.001, (got, qat_out)

@@ -460,6 +460,74 @@ def test_node_cosines(zoo):
     assert set(thresholds) == set(zoo.bpu)
 
 
+def test_a_conv_fused_with_its_relu_reports_the_cosine_at_the_relu_output():
+    """The Conv's output takes the Relu's non-negative range, so its quantized values clip;
+    compared with the float Conv output (negatives included) its cosine would be low though
+    nothing the BPU computes is lost. Its row reports the Relu's output instead."""
+    m = QM.negative_conv_relu_model()
+    cal, held = QM.featuremaps(m, 8, seed=1), QM.featuremaps(m, 4, seed=9)
+    params = quant.calibrate(m, cal, place(m).bpu_nodes, [], QO(calibration_type="max"))
+    q = quant.build_quantized_model(m, params)
+    assert quant.fused_activations(m, q) == {"Conv_a": "Conv_a_relu"}
+    cos = quant.node_cosines(m, q, held)
+    assert cos["Conv_a"] == cos["Conv_a_relu"] > 0.999
+    # What the column used to show: the clipped Conv output against the float one.
+    dq = next(n for n in q.graph.node if n.op_type == "DequantizeLinear" and n.input[0].startswith("Conv_a_out"))
+    from bpuemu.host.quant.graph import with_outputs
+
+    fs, qs = session(with_outputs(m, ["Conv_a_out"])), session(with_outputs(q, [dq.output[0]]))
+    raw = np.mean([quant.cosine(fs.run(["Conv_a_out"], feed_for(fs, s))[0], qs.run([dq.output[0]], feed_for(qs, s))[0])
+                   for s in held])
+    assert raw < 0.97, raw
+    # A node with more than one reader (Conv_pw also feeds the residual Add) is not fused.
+    zoo_m = QM.zoo_model()
+    zp = quant.calibrate(zoo_m, QM.featuremaps(zoo_m, 4, seed=1), place(zoo_m).bpu_nodes, [], QO(calibration_type="max"))
+    fused = quant.fused_activations(zoo_m, quant.build_quantized_model(zoo_m, zp))
+    assert fused["Conv_stem"] == "Conv_stem_relu" and "Conv_pw" not in fused and "Conv_head" not in fused
+
+
+def test_similarity_matches_a_direct_run_of_both_models(zoo):
+    _, q = zoo.quantize(calibration_type="max")
+    sim = quant.similarity(zoo.model, q, zoo.held)
+    fs, qs = session(zoo.model), session(q)
+    for k, name in enumerate(o.name for o in zoo.model.graph.output):
+        want = np.mean([quant.cosine(fs.run(None, feed_for(fs, s))[k], qs.run([name], feed_for(qs, s))[0]) for s in zoo.held])
+        # (the float model runs here with extra outputs: onnxruntime's float fusions may move the last digits)
+        assert sim.outputs[name] == pytest.approx(want, abs=1e-7)
+    assert sim.nodes == quant.node_cosines(zoo.model, q, zoo.held)
+    assert quant.similarity(zoo.model, q, []).nodes == {}
+
+
+def test_cosine_edge_cases_and_agreement_with_float64_dot():
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal((2, 3, 40, 40)).astype(np.float32)
+    a64, b64 = a.astype(np.float64).ravel(), b.astype(np.float64).ravel()
+    assert quant.cosine(a, b) == pytest.approx(a64 @ b64 / np.sqrt((a64 @ a64) * (b64 @ b64)), abs=1e-12)
+    assert quant.cosine(a, a) == pytest.approx(1.0, abs=1e-12) and quant.cosine(a, -a) == pytest.approx(-1.0, abs=1e-12)
+    z = np.zeros(5, np.float32)
+    assert quant.cosine(z, z) == 1.0 and quant.cosine(z, np.ones(5)) == 0.0
+
+
+def test_max_calibration_collects_no_histograms(zoo):
+    """Max needs only ranges: the second pass over the samples (the histograms) is skipped,
+    with the same thresholds as from full statistics."""
+    from bpuemu.host.quant.calibrators import ThresholdCache
+    from bpuemu.host.quant.statistics import collect_statistics
+
+    plan = zoo.quantize(calibration_type="max")[0].plan
+    tensors = plan.stat_tensors()
+    full = collect_statistics(plan.model, tensors, zoo.cal, plan.infos)
+    ranges = collect_statistics(plan.model, tensors, zoo.cal, plan.infos, histograms=False, per_channel=False)
+    assert set(full) == set(ranges)
+    for t in tensors:
+        assert ranges[t].hist is None and ranges[t].channel_min is None and full[t].hist is not None
+        assert (ranges[t].min, ranges[t].max) == (full[t].min, full[t].max)
+        assert quant.max_threshold(ranges[t]) == quant.max_threshold(full[t])
+    cache = ThresholdCache(ranges)
+    with pytest.raises(ValueError, match="histograms"):
+        cache.threshold(tensors[0], quant.Method("kl"))
+
+
 def test_sensitivity_of_nodes(zoo):
     params, _ = zoo.quantize(calibration_type="max")
     cal = quant.build_calibrated_model(zoo.model, params)
