@@ -146,8 +146,10 @@ def decode_bin(data: bytes, source: str = "<bytes>") -> BinFile:
     def bad(what: str) -> InvalidModelFile:
         return InvalidModelFile(f"{source}: {what}", hint="re-create it with hb_mapper makertbin or copy it again")
 
+    if not data:
+        raise bad("not a bpuemu .bin model (the file is empty)")
     if len(data) < HEADER_SIZE:
-        if not data.startswith(MAGIC[: len(data)]) or not data:
+        if not data.startswith(MAGIC[: len(data)]):
             raise bad("not a bpuemu .bin model (wrong magic bytes)")
         raise bad(f"truncated: {len(data)} bytes, shorter than the {HEADER_SIZE}-byte header")
     magic, major, minor, _flags, mlen, msha = _HEADER.unpack_from(data)

@@ -62,15 +62,23 @@ class DequantizeStep(Step):
         self.scale = np.asarray(spec.scale, dtype=np.float32)
         self.zero_point = np.asarray(spec.zero_point or [0], dtype=np.int32)
         self.axis = spec.axis
+        self._by_rank = {}  # tensor rank -> (scale, zero point) shaped to broadcast; built once per rank
+
+    def _params(self, ndim: int):
+        params = self._by_rank.get(ndim)
+        if params is None:
+            scale, zp = self.scale, self.zero_point
+            if scale.size > 1:  # per-axis: broadcast along the quantize axis
+                shape = [1] * ndim
+                shape[self.axis] = scale.size
+                scale = scale.reshape(shape)
+                zp = zp.reshape(shape) if zp.size > 1 else zp
+            params = self._by_rank[ndim] = (scale, zp)
+        return params
 
     def run(self, tensors):
         q = tensors[self.inputs[0]]
-        scale, zp = self.scale, self.zero_point
-        if scale.size > 1:  # per-axis: broadcast along the quantize axis
-            shape = [1] * q.ndim
-            shape[self.axis] = scale.size
-            scale = scale.reshape(shape)
-            zp = zp.reshape(shape) if zp.size > 1 else zp
+        scale, zp = self._params(q.ndim)
         tensors[self.outputs[0]] = (q.astype(np.int32) - zp).astype(np.float32) * scale
 
 

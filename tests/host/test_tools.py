@@ -33,12 +33,7 @@ def bins(tmp_path_factory):
     return tools_models.build_all(str(tmp_path_factory.mktemp("tools_bins")))
 
 
-def run_tool(main, args, capsys):
-    """Run a tool's entry point as the console script does: (exit code, stdout, stderr)."""
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+run_tool = tools_models.run_tool
 
 
 def run_model(path, name=None, inputs=None, seed=0):

@@ -30,11 +30,7 @@ def bins(tmp_path_factory):
     return tools_models.build_all(str(tmp_path_factory.mktemp("perf_bins")))
 
 
-def run_tool(main, args, capsys):
-    with pytest.raises(SystemExit) as exc:
-        main([str(a) for a in args])
-    out = capsys.readouterr()
-    return exc.value.code, out.out, out.err
+run_tool = tools_models.run_tool
 
 
 def pixels(path):

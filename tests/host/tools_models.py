@@ -149,3 +149,13 @@ def random_inputs(model, seed: int = 0) -> List[np.ndarray]:
 
     rng = np.random.default_rng(seed)
     return [random_rt_input(s, rng) for s in model.input_specs]
+
+
+def run_tool(main, args, capsys):
+    """Run a tool's entry point as the console script does: (exit code, stdout, stderr)."""
+    import pytest
+
+    with pytest.raises(SystemExit) as exc:
+        main([str(a) for a in args])
+    out = capsys.readouterr()
+    return exc.value.code, out.out, out.err
