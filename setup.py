@@ -4,7 +4,10 @@ The source lives in ``common/``, ``board/`` and ``host/`` at the repository root
 (the layout users and reviewers navigate), while code imports it as
 ``bpuemu.common``, ``bpuemu.board`` and ``bpuemu.host``. Metadata is in
 pyproject.toml; this file only computes the package list from the tree so a
-new subpackage needs no edit here.
+new subpackage needs no edit here. Every folder holding a ``.py`` file is a
+package, with or without ``__init__.py``, so a forgotten ``__init__.py`` can no
+longer drop a folder from the wheel (tests/install/test_wheel.py checks the
+built wheel against the tree).
 """
 import os
 
@@ -17,7 +20,7 @@ def _packages():
     for name, root in ROOTS.items():
         for dirpath, dirnames, filenames in os.walk(root):
             dirnames[:] = [d for d in dirnames if not d.startswith((".", "__"))]
-            if "__init__.py" in filenames:
+            if any(f.endswith(".py") for f in filenames):
                 rel = os.path.relpath(dirpath, root)
                 yield name if rel == "." else name + "." + rel.replace(os.sep, ".")
 

@@ -1,0 +1,1 @@
+"""The compile step: a QDQ quantized ONNX model -> partitioned execution plan -> ``.bin``."""

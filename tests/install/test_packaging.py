@@ -1,0 +1,110 @@
+"""The package metadata matches what users are told to type and what the tree holds.
+
+* Every command a README code block tells a user to type is a
+  ``[project.scripts]`` console script (the list comes from README.md, not from
+  a hand-kept copy), and every console script is documented in README.md.
+* The built wheel holds every ``.py`` file under common/, board/ and host/: a
+  folder the wheel drops (a missing ``__init__.py`` once dropped
+  ``bpuemu.host.compiler``) fails here, not on a user's machine.
+"""
+import pathlib
+import re
+import zipfile
+
+try:
+    import tomllib
+except ImportError:  # Python < 3.11
+    from pip._vendor import tomli as tomllib
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+SOURCE_ROOTS = {"common": "bpuemu/common", "board": "bpuemu/board", "host": "bpuemu/host"}
+
+#: First words of README command lines that are not bpuemu's (shell built-ins and other tools).
+NOT_OURS = {"cd", "export", "source", ".", "sudo", "python", "python3", "pip", "git", "docker", "kubectl",
+            "systemctl", "ssh", "scp", "curl", "mkdir", "cat", "echo", "ls", "cp", "rm"}
+
+
+def readme_commands(markdown: str) -> set:
+    """Command names a user types, from the shell code blocks of a README.
+
+    A command is the first word of a line in a ```bash / ```sh / ```console /
+    ```shell block, except continuation lines (after a trailing backslash),
+    comments, paths (``scripts/demo.sh``), ``VAR=value`` assignments and
+    other programs' names (NOT_OURS).
+    """
+    commands = set()
+    for block in re.findall(r"^```(?:bash|sh|shell|console)\n(.*?)^```", markdown, flags=re.S | re.M):
+        continued = False
+        for line in block.splitlines():
+            text = line.strip()
+            was_continued, continued = continued, text.endswith("\\")
+            if was_continued or not text or text.startswith("#"):
+                continue
+            word = text.removeprefix("$ ").split()[0]
+            if "/" in word or "=" in word or word in NOT_OURS:
+                continue
+            commands.add(word)
+    return commands
+
+
+def console_scripts() -> dict:
+    with open(ROOT / "pyproject.toml", "rb") as f:
+        return tomllib.load(f)["project"]["scripts"]
+
+
+def test_readme_commands_parser():
+    text = (
+        "```bash\n"
+        "hb_mapper checker --model m.onnx \\\n"
+        "    --march bayes-e   # not a command: continued\n"
+        "# a comment\n"
+        "scripts/demo.sh\n"
+        "$ hrt_model_exec perf --model_file m.bin\n"
+        "python3 -m venv /tmp/u\n"
+        "```\n"
+        "```python\nnot_a_command()\n```\n"
+    )
+    assert readme_commands(text) == {"hb_mapper", "hrt_model_exec"}
+
+
+def test_every_readme_command_is_a_console_script():
+    commands = readme_commands((ROOT / "README.md").read_text())
+    # The README documents the main job: the conversion, board and verifier tools at least.
+    assert {"hb_mapper", "hrt_boardd", "hrt_model_exec", "hb_verifier"} <= commands
+    missing = sorted(commands - set(console_scripts()))
+    assert not missing, f"README.md tells users to type {missing}, but pyproject.toml [project.scripts] lacks them"
+
+
+def test_every_console_script_is_documented():
+    readme = (ROOT / "README.md").read_text()
+    undocumented = sorted(s for s in console_scripts() if not re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", readme))
+    assert not undocumented, f"console scripts missing from README.md: {undocumented}"
+
+
+def source_files() -> set:
+    """The wheel paths every .py file under common/, board/ and host/ must have."""
+    files = set()
+    for folder, prefix in SOURCE_ROOTS.items():
+        for path in (ROOT / folder).rglob("*.py"):
+            rel = path.relative_to(ROOT / folder)
+            if "__pycache__" not in rel.parts and not any(p.startswith(".") for p in rel.parts):
+                files.add(f"{prefix}/{rel.as_posix()}")
+    return files
+
+
+def test_wheel_holds_every_source_folder(wheel):
+    names = set(zipfile.ZipFile(wheel).namelist())
+    expected = source_files()
+    assert "bpuemu/host/compiler/partition.py" in expected  # the folder that was once dropped
+    missing = sorted(expected - names)
+    missing_dirs = sorted({m.rsplit("/", 1)[0] for m in missing})
+    assert not missing, f"the wheel lacks {len(missing)} source file(s), in folders {missing_dirs}"
+
+
+def test_wheel_declares_the_console_scripts(wheel):
+    with zipfile.ZipFile(wheel) as z:
+        (ep,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
+        text = z.read(ep).decode()
+    section = text.split("[console_scripts]", 1)[1].split("\n[", 1)[0]
+    declared = {line.split("=")[0].strip() for line in section.splitlines() if "=" in line}
+    assert set(console_scripts()) <= declared
