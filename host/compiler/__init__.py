@@ -1,1 +1,10 @@
-"""The compile step: a QDQ quantized ONNX model -> partitioned execution plan -> ``.bin``."""
+"""The BPU model and the compile step: what runs where on the X5 BPU, and how it becomes a `.bin`.
+
+``optable``: the X5 BPU operator table (op type -> BPU type name, active or
+    passive quantization, BPU unit, constraints): the single source of truth
+    the checker, makertbin and hb_perf read;
+``placement``: BPU/CPU placement of a float model's nodes (the checker's table);
+``partition``: a QDQ quantized model cut into BPU subgraphs and CPU ops (the plan);
+``compile``: makertbin's compile stage around the partitioner (input_batch,
+    layer_out_dump, the O3 compile cache).
+"""

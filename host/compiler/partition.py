@@ -31,7 +31,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_INPUT_TYPE, TT, make_properties
 from bpuemu.common.input_types import rt_byte_size, rt_shape
-from bpuemu.host.optable import BPU_OPS
+from bpuemu.host.compiler.optable import BPU_OPS
 
 Kind = model_pb2.PlanStep
 Q, DQ = "QuantizeLinear", "DequantizeLinear"

@@ -182,7 +182,7 @@ def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
 
 
 def run(job: ConvertJob) -> Artifacts:
-    from bpuemu.host.convert.compile_stage import compile_for_board
+    from bpuemu.host.compiler.compile import compile_for_board
     from bpuemu.host import quant
 
     t_start = time.time()
@@ -272,8 +272,8 @@ def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[s
     QAT model says; run_on_cpu still wins. Node names are those calibrate()
     gives the same model (unnamed nodes named before stripping).
     """
-    from bpuemu.host.optable import check_constraints
-    from bpuemu.host.placement import place
+    from bpuemu.host.compiler.optable import check_constraints
+    from bpuemu.host.compiler.placement import place
     from bpuemu.host.quant import qdq_wrapped_nodes, strip_qdq
     from bpuemu.host.quant.graph import has_qdq, name_nodes
 

@@ -14,7 +14,7 @@ import onnx
 
 from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.host.convert.optimizer import default_opset, optimize
-from bpuemu.host.placement import Placement, place
+from bpuemu.host.compiler.placement import Placement, place
 
 log = logging.getLogger("bpuemu.host.checker")
 

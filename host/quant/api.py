@@ -27,7 +27,7 @@ from bpuemu.host.quant.params import (
     INT_RANGE, QuantParams, TensorQuant, WeightQuant, asymmetric, fixed_int8_input, quantize_weight, symmetric,
 )
 from bpuemu.host.quant.statistics import collect_statistics
-from bpuemu.host.optable import BPU_OPS
+from bpuemu.host.compiler.optable import BPU_OPS
 
 LOG = logging.getLogger("bpuemu.host.quant")
 Sample = Mapping[str, np.ndarray]

@@ -9,7 +9,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.host import samples
 from bpuemu.host.compiler.partition import compile_model, featuremap_specs
-from bpuemu.host.optable import BPU_OPS
+from bpuemu.host.compiler.optable import BPU_OPS
 from helpers import models as M
 
 Kind = model_pb2.PlanStep

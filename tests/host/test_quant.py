@@ -17,7 +17,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.host import quant
 from bpuemu.host import samples as host_samples
 from bpuemu.host.compiler.partition import compile_model
-from bpuemu.host.placement import place
+from bpuemu.host.compiler.placement import place
 from bpuemu.host.quant.calibrators import _entropy, _smooth, kl_divergences
 from bpuemu.host.quant.graph import feed_for, session
 

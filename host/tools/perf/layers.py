@@ -9,7 +9,7 @@ writes the tensor its QuantizeLinear makes (int8), or its own output where no
 QuantizeLinear follows (an int32 tail).
 
 The BPU type name and the unit a layer runs on come from the op table
-(bpuemu.host.optable); the OPs formulas are in ``OPS_FORMULAS``, keyed by ONNX
+(bpuemu.host.compiler.optable); the OPs formulas are in ``OPS_FORMULAS``, keyed by ONNX
 op type (see bpuemu.host.tools.perf.x5 for the whole cost model).
 """
 from dataclasses import asdict, dataclass, field
@@ -19,7 +19,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
-from bpuemu.host.optable import BPU_OPS
+from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.tools.perf.x5 import X5Bpu, align
 from bpuemu.host.tools.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
 

@@ -72,7 +72,7 @@ class X5Bpu:
         return self.ddr_bytes_per_s / self.clock_hz
 
     def ops_per_cycle(self, unit: str) -> float:
-        """Throughput of a BPU unit (bpuemu.host.optable.UNITS); 0 for "view" (free)."""
+        """Throughput of a BPU unit (bpuemu.host.compiler.optable.UNITS); 0 for "view" (free)."""
         return {"mac": self.mac_ops_per_cycle, "vector": self.vector_ops_per_cycle,
                 "move": self.move_bytes_per_cycle, "view": 0.0}[unit]
 

@@ -10,7 +10,7 @@ from bpuemu.common.container import write_bin
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.input_types import random_rt_input, to_model_input
 from bpuemu.host import HB_ONNXRuntime
-from bpuemu.host.convert.compile_stage import CACHE_DIR, compile_for_board
+from bpuemu.host.compiler.compile import CACHE_DIR, compile_for_board
 from bpuemu.host.mapper.makertbin import makertbin_from_config
 
 from makertbin_helpers import sample_project

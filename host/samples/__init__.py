@@ -6,10 +6,10 @@ MobileNet-like stem, depthwise block, global pooling, Gemm and Softmax).
 int8, per-channel weights, and -- for image inputs -- an int8 model input
 (the X_128 intermediate type) feeding a 1x1 depthwise "HzPreprocess" conv that
 applies ((x + 128) - mean) * scale. ``sample_bin`` compiles the result into a
-`.bin` through the same container writer makertbin uses.
-
-These are stand-ins until hb_mapper makertbin lands; they are real models run
-by real onnxruntime sessions, not mocks.
+`.bin` through the same container writer makertbin uses;
+``write_sample_project`` writes a complete makertbin project (model, yaml,
+calibration data). They are real models run by real onnxruntime sessions, not
+mocks. ``bpuemu.host.samples.demo`` (bpuemu-demo) runs the whole flow on them.
 """
 import os
 import tempfile

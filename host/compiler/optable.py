@@ -24,12 +24,15 @@ class BpuOp:
     #: runs on the CPU unless asked for (Softmax: set_Softmax_input_int8 / run_on_bpu)
     cpu_by_default: bool = False
     unit: str = "vector"
+    #: may end the model with its int32 accumulator (higher precision), so a
+    #: passive op after it at the model tail runs on the CPU (ptq_faq_x5 6.6.1.3)
+    int32_output: bool = False
 
 
 BPU_OPS: Dict[str, BpuOp] = {
-    "Conv": BpuOp("HzSQuantizedConv", unit="mac"),
+    "Conv": BpuOp("HzSQuantizedConv", unit="mac", int32_output=True),
     "ConvTranspose": BpuOp("HzSQuantizedConvTranspose", unit="mac"),
-    "Gemm": BpuOp("HzSQuantizedConv", unit="mac"),
+    "Gemm": BpuOp("HzSQuantizedConv", unit="mac", int32_output=True),
     "MatMul": BpuOp("HzSQuantizedMatmul", unit="mac"),
     "Add": BpuOp("HzSElementwiseAdd"),
     "Sub": BpuOp("HzSElementwiseSub"),

@@ -9,9 +9,10 @@ table), its subgraph id, and -- for every CPU node -- why. Rules, in order:
 3. Passive ops (Relu, Reshape, Concat, ...) follow their inputs: on the BPU
    only when every activation input comes from a BPU node or a quantized model
    input (repeated until nothing changes).
-4. At the model tail only Conv may output int32; a passive op (ReLU, Clip,
-   ...) whose output is a model output and whose input is a Conv's output runs
-   on the CPU so the Conv keeps its high-precision output (ptq_faq_x5 6.6.1.3).
+4. At the model tail only Conv may output int32 (``int32_output`` in the op
+   table); a passive op (ReLU, Clip, ...) whose output is a model output and
+   whose input is such an op's output runs on the CPU so the Conv keeps its
+   high-precision output (ptq_faq_x5 6.6.1.3).
 5. node_info / run_on_cpu / run_on_bpu override all of the above.
 
 Consecutive BPU nodes (in topological order) between CPU nodes form one
@@ -22,7 +23,7 @@ from typing import Dict, Iterable, List, Optional, Set
 
 import onnx
 
-from bpuemu.host.optable import BPU_OPS, check_constraints
+from bpuemu.host.compiler.optable import BPU_OPS, check_constraints
 
 
 @dataclass
@@ -81,77 +82,84 @@ def place(
     force_bpu: Iterable[str] = (),
     softmax_on_bpu: bool = False,
 ) -> Placement:
-    """Place every node of ``model`` (a float model, optimized or not)."""
-    g = model.graph
-    inits = {t.name for t in g.initializer}
-    consts = {n.output[0] for n in g.node if n.op_type == "Constant"}
-    outputs = {o.name for o in g.output}
-    quantized_inputs = set(quantized_inputs)
-    force_cpu, force_bpu = set(force_cpu), set(force_bpu)
-    producer = {o: n for n in g.node for o in n.output if o}
-    nodes = [n for n in g.node if n.op_type != "Constant"]
-    for i, n in enumerate(nodes):
-        if not n.name:
-            n.name = f"{n.op_type}_{i}"
+    """Place every node of ``model`` (a float model, optimized or not); ``model`` is not changed.
 
-    result: Dict[str, NodePlacement] = {}
-    for n in nodes:
-        op = BPU_OPS.get(n.op_type)
-        if op is None:
-            result[n.name] = NodePlacement(n.name, n.op_type, "CPU", n.op_type, reason="not supported by the BPU")
-            continue
-        violated = check_constraints(n, model)
-        if violated:
-            result[n.name] = NodePlacement(n.name, n.op_type, "CPU", n.op_type, reason=f"BPU constraint violated: {violated}")
-        elif op.cpu_by_default and not softmax_on_bpu:
-            result[n.name] = NodePlacement(n.name, n.op_type, "CPU", n.op_type,
-                                           reason="Softmax runs on CPU by default (optimization: set_Softmax_input_int8 moves it)")
-        else:
-            result[n.name] = NodePlacement(n.name, n.op_type, "BPU", op.bpu_type)
+    An unnamed node is placed as ``<op_type>_<index>`` (its index among the
+    non-Constant nodes).
+    """
+    g = model.graph
+    nodes = [n for n in g.node if n.op_type != "Constant"]
+    names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)]
+    result = {name: _initial(name, n, model, softmax_on_bpu) for name, n in zip(names, nodes)}
+    _follow_passive(model, nodes, names, result, set(quantized_inputs))
+    _apply_overrides(nodes, names, result, set(force_cpu), set(force_bpu))
+    return Placement(_number_subgraphs([result[name] for name in names]))
+
+
+def _initial(name: str, n: onnx.NodeProto, model: onnx.ModelProto, softmax_on_bpu: bool) -> NodePlacement:
+    """Rules 1 and 2: the op table and its constraints; Softmax on the CPU by default."""
+    op = BPU_OPS.get(n.op_type)
+    if op is None:
+        return NodePlacement(name, n.op_type, "CPU", n.op_type, reason="not supported by the BPU")
+    violated = check_constraints(n, model)
+    if violated:
+        return NodePlacement(name, n.op_type, "CPU", n.op_type, reason=f"BPU constraint violated: {violated}")
+    if op.cpu_by_default and not softmax_on_bpu:
+        return NodePlacement(name, n.op_type, "CPU", n.op_type,
+                             reason="Softmax runs on CPU by default (optimization: set_Softmax_input_int8 moves it)")
+    return NodePlacement(name, n.op_type, "BPU", op.bpu_type)
+
+
+def _follow_passive(model, nodes, names, result: Dict[str, NodePlacement], quantized_inputs: Set[str]) -> None:
+    """Rules 3 and 4, repeated until nothing changes: passive ops follow their
+    inputs, and a passive op at the model tail after an int32-output op runs on the CPU."""
+    g = model.graph
+    constants = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
+    outputs = {o.name for o in g.output}
+    producer = {o: name for name, n in zip(names, nodes) for o in n.output if o}
 
     def activation_inputs(n):
-        return [i for i in n.input if i and i not in inits and i not in consts]
+        return [i for i in n.input if i and i not in constants]
 
     def input_on_bpu(t: str) -> bool:
-        if t in quantized_inputs:
-            return True
-        p = producer.get(t)
-        return p is not None and p.name in result and result[p.name].on == "BPU"
+        return t in quantized_inputs or (t in producer and result[producer[t]].on == "BPU")
 
+    def after_int32_output(n) -> bool:
+        srcs = [result[producer[t]].op_type for t in activation_inputs(n) if t in producer]
+        return any(BPU_OPS[op].int32_output for op in srcs if op in BPU_OPS)
+
+    passive = [(name, n) for name, n in zip(names, nodes) if n.op_type in BPU_OPS and not BPU_OPS[n.op_type].active]
     changed = True
     while changed:
         changed = False
-        for n in nodes:
-            p = result[n.name]
-            if p.on != "BPU" or BPU_OPS[n.op_type].active:
-                continue
-            if not all(input_on_bpu(t) for t in activation_inputs(n)):
+        for name, n in passive:
+            p = result[name]
+            if p.on == "BPU" and not all(input_on_bpu(t) for t in activation_inputs(n)):
                 p.on, p.bpu_type = "CPU", n.op_type
                 p.reason = "passive quantization: runs on the BPU only between BPU ops, and an input comes from the CPU"
                 changed = True
-        # tail rule
-        for n in nodes:
-            p = result[n.name]
-            if p.on != "BPU" or BPU_OPS[n.op_type].active:
-                continue
-            if any(o in outputs for o in n.output):
-                srcs = [producer.get(t) for t in activation_inputs(n)]
-                if any(s is not None and s.op_type in ("Conv", "Gemm") for s in srcs):
-                    p.on, p.bpu_type = "CPU", n.op_type
-                    p.reason = "at the model tail after a Conv that outputs int32 for precision (run_on_bpu to override)"
-                    changed = True
+        for name, n in passive:
+            p = result[name]
+            if p.on == "BPU" and any(o in outputs for o in n.output) and after_int32_output(n):
+                p.on, p.bpu_type = "CPU", n.op_type
+                p.reason = "at the model tail after a Conv that outputs int32 for precision (run_on_bpu to override)"
+                changed = True
 
-    for n in nodes:
-        p = result[n.name]
-        if n.name in force_cpu:
+
+def _apply_overrides(nodes, names, result: Dict[str, NodePlacement], force_cpu: Set[str], force_bpu: Set[str]) -> None:
+    """Rule 5: node_info / run_on_cpu / run_on_bpu win."""
+    for name, n in zip(names, nodes):
+        p = result[name]
+        if name in force_cpu:
             p.on, p.bpu_type, p.reason = "CPU", n.op_type, "run_on_cpu / node_info ON: CPU"
-        elif n.name in force_bpu and n.op_type in BPU_OPS:
+        elif name in force_bpu and n.op_type in BPU_OPS:
             p.on, p.bpu_type, p.reason = "BPU", BPU_OPS[n.op_type].bpu_type, ""
 
+
+def _number_subgraphs(ordered: List[NodePlacement]) -> List[NodePlacement]:
+    """Consecutive BPU nodes form one subgraph: id(0), id(1), ..."""
     sub, in_run = -1, False
-    ordered = []
-    for n in nodes:
-        p = result[n.name]
+    for p in ordered:
         if p.on == "BPU":
             if not in_run:
                 sub += 1
@@ -159,5 +167,4 @@ def place(
             p.subgraph = sub
         else:
             in_run = False
-        ordered.append(p)
-    return Placement(ordered)
+    return ordered
