@@ -10,6 +10,15 @@ internal process"):
 
 where X_128 is the uint8 data minus 128, as int8, in the layout of the
 quantized model (quanti.onnx). One converter per input_type_rt, in a registry.
+
+YUV data (nv12, yuv444) comes in one of two BT.601 ranges
+(``input_space_and_range``): ``regular`` (full range, Y/U/V in [0, 255], as
+JPEG) or ``bt601_video`` (Y in [16, 235], U/V in [16, 240]). The Preprocess
+step passes the bytes through either way (the hardware's job is the chroma
+upsampling and the -128 shift); the colour equations of the range are applied
+by the model's HzPreprocess node (``yuv_to_rgb_affine``), and the inverse
+direction (``rgb_to_yuv444``, ``rgb_to_nv12``, ``image_to_rt``) writes the
+range the input declares.
 """
 from typing import Callable, Dict
 
@@ -27,6 +36,21 @@ INTERMEDIATE_TYPE = {
     "gray": "GRAY_128",
     "featuremap": "featuremap",
 }
+
+#: input_space_and_range values: BT.601 full range and video range.
+SPACES = ("regular", "bt601_video")
+
+# BT.601 with Kr = 0.299, Kb = 0.114, on full-range (0..255) values.
+_RGB2YUV = np.array([[0.299, 0.587, 0.114],
+                     [-0.168736, -0.331264, 0.5],
+                     [0.5, -0.418688, -0.081312]])
+_YUV2RGB = np.array([[1.0, 0.0, 1.402],
+                     [1.0, -0.344136, -0.714136],
+                     [1.0, 1.772, 0.0]])
+_CHROMA = np.array([0.0, 128.0, 128.0])
+#: Video range: Y = 16 + 219/255 * Y_full, U/V = 128 + 224/255 * (U/V_full - 128).
+_VIDEO_SCALE = np.array([219.0 / 255.0, 224.0 / 255.0, 224.0 / 255.0])
+_VIDEO_OFFSET = np.array([16.0, 128.0, 128.0])
 
 _TO_NCHW = (0, 3, 1, 2)
 _TO_NHWC = (0, 2, 3, 1)
@@ -138,13 +162,42 @@ def to_model_input(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
 
 # --- the inverse direction, for making inputs -----------------------------
 
-def rgb_to_nv12(rgb: np.ndarray) -> np.ndarray:
-    """An HxWx3 uint8 RGB image -> nv12 bytes (BT.601 full range, 2x2 chroma mean)."""
-    yuv = rgb_to_yuv444(rgb).astype(np.float32)
+def check_space(space: str) -> str:
+    """``space`` if it is an input_space_and_range value ('' means regular)."""
+    space = space or "regular"
+    if space not in SPACES:
+        raise InvalidInput(f"unknown input_space_and_range '{space}' (known: {', '.join(SPACES)})")
+    return space
+
+
+def yuv_to_rgb_affine(space: str = "regular"):
+    """(M, c) with rgb = M @ yuv + c, per pixel, on 0..255 values of the given BT.601 range."""
+    if check_space(space) == "regular":
+        return _YUV2RGB.copy(), -_YUV2RGB @ _CHROMA
+    m = _YUV2RGB / _VIDEO_SCALE  # scales the columns: undo the range compression first
+    return m, -m @ _VIDEO_OFFSET
+
+
+def yuv_range_affine(src: str, dst: str):
+    """(M, c) with yuv_dst = M @ yuv_src + c: between the full and the video range (identity if equal)."""
+    src, dst = check_space(src), check_space(dst)
+    if src == dst:
+        return np.eye(3), np.zeros(3)
+    if src == "regular":  # full -> video
+        return np.diag(_VIDEO_SCALE), _VIDEO_OFFSET - _VIDEO_SCALE * _CHROMA
+    return np.diag(1.0 / _VIDEO_SCALE), _CHROMA - _VIDEO_OFFSET / _VIDEO_SCALE
+
+
+def rgb_to_nv12(rgb: np.ndarray, space: str = "regular") -> np.ndarray:
+    """An HxWx3 uint8 RGB image -> nv12 bytes (BT.601 in ``space``, 2x2 chroma mean)."""
+    return yuv444_to_nv12(rgb_to_yuv444(rgb, space))
+
+
+def yuv444_to_nv12(yuv: np.ndarray) -> np.ndarray:
+    """An HxWx3 uint8 YUV444 image -> nv12 bytes (2x2 chroma mean)."""
     h, w = yuv.shape[:2]
-    uv = yuv[..., 1:].reshape(h // 2, 2, w // 2, 2, 2).mean(axis=(1, 3))
-    y = yuv[..., 0].astype(np.uint8)
-    return np.concatenate([y.reshape(-1), np.clip(np.rint(uv), 0, 255).astype(np.uint8).reshape(-1)])
+    uv = yuv[..., 1:].astype(np.float32).reshape(h // 2, 2, w // 2, 2, 2).mean(axis=(1, 3))
+    return np.concatenate([yuv[..., 0].reshape(-1), np.clip(np.rint(uv), 0, 255).astype(np.uint8).reshape(-1)])
 
 
 def random_rt_input(spec: model_pb2.InputSpec, rng: np.random.Generator) -> np.ndarray:
@@ -156,14 +209,17 @@ def random_rt_input(spec: model_pb2.InputSpec, rng: np.random.Generator) -> np.n
     return rng.integers(0, 256, rt_shape(spec), dtype=np.uint8)
 
 
-def rgb_to_yuv444(rgb: np.ndarray) -> np.ndarray:
-    """HxWx3 uint8 RGB -> HxWx3 uint8 YUV444 (BT.601 full range)."""
-    rgb = rgb.astype(np.float32)
-    r, g, b = rgb[..., 0], rgb[..., 1], rgb[..., 2]
-    y = 0.299 * r + 0.587 * g + 0.114 * b
-    u = -0.168736 * r - 0.331264 * g + 0.5 * b + 128
-    v = 0.5 * r - 0.418688 * g - 0.081312 * b + 128
-    return np.clip(np.rint(np.stack([y, u, v], axis=-1)), 0, 255).astype(np.uint8)
+def rgb_to_yuv444(rgb: np.ndarray, space: str = "regular") -> np.ndarray:
+    """HxWx3 uint8 RGB -> HxWx3 uint8 YUV444 (BT.601, full range or ``bt601_video``)."""
+    yuv = rgb.astype(np.float32) @ _RGB2YUV.T.astype(np.float32) + _CHROMA.astype(np.float32)
+    return full_to_space(yuv, space)
+
+
+def full_to_space(yuv: np.ndarray, space: str = "regular") -> np.ndarray:
+    """Full-range YUV values (float or uint8, channels last) -> uint8 YUV in ``space``."""
+    m, c = yuv_range_affine("regular", space)
+    out = yuv.astype(np.float32) @ m.T.astype(np.float32) + c.astype(np.float32)
+    return np.clip(np.rint(out), 0, 255).astype(np.uint8)
 
 
 def image_to_rt(rgb: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
@@ -171,15 +227,15 @@ def image_to_rt(rgb: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
     n, h, w, _ = model_hw(spec)
     if rgb.shape[:2] != (h, w):
         raise InvalidInput(f"image is {rgb.shape[1]}x{rgb.shape[0]}, input '{spec.name}' needs {w}x{h}")
-    t = spec.input_type_rt
+    t, space = spec.input_type_rt, spec.input_space_and_range
     if t == "nv12":
-        return np.tile(rgb_to_nv12(rgb), n)
+        return np.tile(rgb_to_nv12(rgb, space), n)
     if t == "rgb":
         hwc = rgb
     elif t == "bgr":
         hwc = rgb[..., ::-1]
     elif t == "yuv444":
-        hwc = rgb_to_yuv444(rgb)
+        hwc = rgb_to_yuv444(rgb, space)
     elif t == "gray":
         hwc = rgb_to_yuv444(rgb)[..., :1]
     else:

@@ -89,8 +89,9 @@ RT_TYPES_FOR_TRAIN: Dict[str, Tuple[str, ...]] = {
 EVEN_SIZE_RT_TYPES = ("nv12", "yuv444")
 #: The one input_type_rt that has no layout (input_layout_rt is not needed).
 LAYOUTLESS_RT_TYPES = ("nv12",)
-#: input_space_and_range only applies to these input_type_rt values.
-SPACE_AND_RANGE_RT_TYPES = ("nv12",)
+#: input_space_and_range only applies to these input_type_rt values (the seed names nv12; yuv444 is
+#: YUV data too, so bpuemu accepts it there as well).
+SPACE_AND_RANGE_RT_TYPES = ("nv12", "yuv444")
 #: Channels an image input has, by input_type_train.
 CHANNELS_OF_TRAIN_TYPE = {"rgb": 3, "bgr": 3, "yuv444": 3, "gray": 1}
 #: norm_type -> (needs mean_value, needs scale_value)

@@ -23,7 +23,8 @@ from typing import Dict, Iterator, List, Optional, Sequence
 import numpy as np
 
 from bpuemu.common.errors import InvalidInput, NotFound
-from bpuemu.common.input_types import relayout, rgb_to_nv12, rgb_to_yuv444, to_model_input
+from bpuemu.common.input_types import (full_to_space, relayout, rgb_to_nv12, rgb_to_yuv444, to_model_input,
+                                       yuv444_to_nv12)
 from bpuemu.common.proto import model_pb2
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
@@ -111,25 +112,25 @@ def iter_samples(inputs: Sequence[CalInput], limit: int = 0) -> Iterator[Dict[st
 
 
 def _train_to_rt(x: np.ndarray, train: str, layout: str, spec: model_pb2.InputSpec) -> np.ndarray:
-    """One image sample in input_type_train form -> input_type_rt data, per batch item."""
+    """One image sample in input_type_train form -> input_type_rt data, per batch item.
+
+    YUV data is written in the input's input_space_and_range (full-range
+    training data is compressed to the video range for bt601_video).
+    """
     u8 = x if x.dtype == np.uint8 else np.clip(np.rint(x.astype(np.float32)), 0, 255).astype(np.uint8)
     nhwc = relayout(u8, layout, "NHWC")
-    rt = spec.input_type_rt
+    rt, space = spec.input_type_rt, spec.input_space_and_range
     items = []
     for img in nhwc:
-        if rt == train or rt == "gray":
+        if rt == train == "yuv444" or rt == "nv12" and train == "yuv444":
+            hwc = full_to_space(img, space)
+        elif rt == train or rt == "gray":
             hwc = img
         elif rt in ("rgb", "bgr") and train in ("rgb", "bgr"):
             hwc = img[..., ::-1]
-        else:  # yuv444 / nv12 from rgb, bgr or yuv444
-            rgb = img[..., ::-1] if train == "bgr" else img
-            hwc = img if train == "yuv444" else rgb_to_yuv444(rgb)
-        if rt == "nv12":
-            h, w = hwc.shape[:2]
-            uv = hwc[..., 1:].astype(np.float32).reshape(h // 2, 2, w // 2, 2, 2).mean(axis=(1, 3))
-            items.append(np.concatenate([hwc[..., 0].reshape(-1), np.clip(np.rint(uv), 0, 255).astype(np.uint8).reshape(-1)]))
-        else:
-            items.append(hwc)
+        else:  # yuv444 / nv12 from rgb or bgr
+            hwc = rgb_to_yuv444(img[..., ::-1] if train == "bgr" else img, space)
+        items.append(yuv444_to_nv12(hwc) if rt == "nv12" else hwc)
     if rt == "nv12":
         return np.concatenate(items)
     return relayout(np.ascontiguousarray(np.stack(items)), "NHWC", spec.input_layout_rt or "NHWC")

@@ -36,7 +36,6 @@ class JobInput:
     pre: InputPreprocess
     shape: Tuple[int, ...]               # input_shape in input_layout_train
     input_layout_rt: str = ""
-    input_space_and_range: str = "regular"
     cal: Optional[CalInput] = None
 
 
@@ -148,7 +147,7 @@ def input_spec(ji: JobInput) -> model_pb2.InputSpec:
     return model_pb2.InputSpec(
         name=p.name, input_type_rt=p.input_type_rt,
         input_layout_rt="" if p.input_type_rt in ("nv12", "featuremap") else (ji.input_layout_rt or p.input_layout_train),
-        input_space_and_range=ji.input_space_and_range, model_layout=p.model_layout if len(shape) == 4 else "",
+        input_space_and_range=p.input_space_and_range, model_layout=p.model_layout if len(shape) == 4 else "",
         model_dtype=dtype, model_shape=list(shape), plan_tensor=p.name,
     )
 

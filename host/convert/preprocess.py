@@ -8,7 +8,10 @@ pixel (a 1x1 conv on the BPU):
     train = scale * (M @ (x + 128) + c - mean)
 
 where M, c convert the intermediate colour space to input_type_train's
-(YUV->RGB by BT.601 full range, RGB<->BGR by swapping, identity otherwise), and
+(YUV->RGB by BT.601 in the input's input_space_and_range -- full range for
+``regular``, the video-range equations for ``bt601_video``; video-range YUV
+-> full-range YUV for a yuv444-trained model; RGB<->BGR by swapping; identity
+otherwise; the equations live in bpuemu.common.input_types), and
 mean/scale come from norm_type/mean_value/scale_value (ptq_guide:
 "((input + 128) - mean) * scale"). The original float model's image inputs
 carry X_128 values as float32, in input_layout_train -- except nv12, whose
@@ -23,6 +26,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
+from bpuemu.common.input_types import check_space, yuv_range_affine, yuv_to_rgb_affine
 
 #: input_type_rt -> colour space of its intermediate type
 INTERMEDIATE_COLOUR = {"nv12": "yuv", "yuv444": "yuv", "rgb": "rgb", "bgr": "bgr", "gray": "gray"}
@@ -36,8 +40,8 @@ ALLOWED = {
     "featuremap": {"featuremap"},
 }
 
-_YUV2RGB = np.array([[1.0, 0.0, 1.402], [1.0, -0.344136, -0.714136], [1.0, 1.772, 0.0]], dtype=np.float64)
-_YUV2RGB_OFFSET = -_YUV2RGB @ np.array([0.0, 128.0, 128.0])
+#: input_type_rt values whose data is YUV, so that input_space_and_range applies.
+YUV_RT_TYPES = ("nv12", "yuv444")
 _SWAP = np.array([[0, 0, 1], [0, 1, 0], [1, 0, 0]], dtype=np.float64)
 
 
@@ -51,6 +55,8 @@ class InputPreprocess:
     input_layout_train: str            # NCHW | NHWC
     mean: Optional[Tuple[float, ...]] = None
     scale: Optional[Tuple[float, ...]] = None
+    #: regular | bt601_video: the BT.601 range of nv12/yuv444 data.
+    input_space_and_range: str = "regular"
 
     @property
     def is_image(self) -> bool:
@@ -62,25 +68,37 @@ class InputPreprocess:
         return "NHWC" if self.input_type_rt == "nv12" else self.input_layout_train
 
 
-def colour_matrix(input_type_rt: str, input_type_train: str) -> Tuple[np.ndarray, np.ndarray]:
-    """(M, c): train_colour = M @ intermediate_colour + c, on 0..255 values."""
+def colour_matrix(input_type_rt: str, input_type_train: str,
+                  space: str = "regular") -> Tuple[np.ndarray, np.ndarray]:
+    """(M, c): train_colour = M @ intermediate_colour + c, on 0..255 values.
+
+    ``space`` is input_space_and_range, the BT.601 range of YUV input data
+    (full-range training data is assumed: a yuv444-trained model gets its YUV
+    expanded to the full range).
+    """
     if input_type_train not in ALLOWED or input_type_rt not in ALLOWED[input_type_train]:
         allowed = ", ".join(sorted(ALLOWED.get(input_type_train, ())))
         raise InvalidInput(f"input_type_rt '{input_type_rt}' cannot feed input_type_train '{input_type_train}'"
                            + (f" (allowed: {allowed})" if allowed else ""))
+    space = check_space(space)
+    if space != "regular" and input_type_rt not in YUV_RT_TYPES:
+        raise InvalidInput(f"input_space_and_range {space} applies to {'/'.join(YUV_RT_TYPES)} input, "
+                           f"not {input_type_rt}")
     src, dst = INTERMEDIATE_COLOUR[input_type_rt], INTERMEDIATE_COLOUR.get(input_type_train, input_type_train)
+    if src == "yuv" and dst == "yuv":
+        return yuv_range_affine(space, "regular")
     if src == "gray" or src == dst:
         n = 1 if src == "gray" else 3
         return np.eye(n), np.zeros(n)
     if src == "yuv":
-        m, c = _YUV2RGB, _YUV2RGB_OFFSET
+        m, c = yuv_to_rgb_affine(space)
         return (m, c) if dst == "rgb" else (_SWAP @ m, _SWAP @ c)
     return _SWAP, np.zeros(3)  # rgb <-> bgr
 
 
 def affine(p: InputPreprocess, channels: int) -> Tuple[np.ndarray, np.ndarray]:
     """(A, b) with train = A @ x_128 + b, per pixel."""
-    m, c = colour_matrix(p.input_type_rt, p.input_type_train)
+    m, c = colour_matrix(p.input_type_rt, p.input_type_train, p.input_space_and_range)
     if m.shape[0] != channels:
         raise InvalidInput(f"input '{p.name}': {p.input_type_train} needs {m.shape[0]} channel(s), the model input has {channels}")
     mean = np.zeros(channels) if p.mean is None else np.broadcast_to(np.asarray(p.mean, np.float64), (channels,))

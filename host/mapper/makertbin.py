@@ -83,6 +83,7 @@ def job_from_config(cfg) -> ConvertJob:
             input_layout_train=ic.input_layout_train,
             mean=ic.mean_value if ic.norm_type in ("data_mean", "data_mean_and_scale") else None,
             scale=ic.scale_value if ic.norm_type in ("data_scale", "data_mean_and_scale") else None,
+            input_space_and_range=ic.input_space_and_range,
         )
         cal = None
         if ic.cal_data_dir:
@@ -90,7 +91,7 @@ def job_from_config(cfg) -> ConvertJob:
                            dtype=ic.calibration_data_type, preprocess_on=cfg.calibration.preprocess_on,
                            input_type_train=ic.input_type_train, input_layout_train=ic.input_layout_train)
         inputs.append(JobInput(pre=pre, shape=tuple(ic.input_shape), input_layout_rt=ic.input_layout_rt or "",
-                               input_space_and_range=ic.input_space_and_range, cal=cal))
+                               cal=cal))
     node_info = cfg.model.node_info
     return ConvertJob(
         onnx_model=cfg.model.onnx_model,

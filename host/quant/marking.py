@@ -337,13 +337,18 @@ def build_plan(
         uf.find(t)
     tie_ops: Dict[str, Set[str]] = {}
     fixed = {t for t in sites if sites[t].fixed_int8}
+    fixed_roots = set(fixed)
     for a, b, op in marker.ties:
         ra, rb = uf.find(a), uf.find(b)
-        # Never pull a featuremap into the scale-1 group of an image input: those stay alone.
-        if ra == rb or ra in fixed or rb in fixed:
+        # Never pull a featuremap into the scale-1 group of an image input (a Concat of the two):
+        # those stay alone. A one-input passive op on the image (HzPreprocess's Transpose of an
+        # nv12 input) moves the same int8 values, so its output joins the image's scale-1 group.
+        if ra == rb or ((ra in fixed_roots or rb in fixed_roots) and op == "Concat"):
             continue
         uf.union(a, b)
         root = uf.find(a)
+        if ra in fixed_roots or rb in fixed_roots:
+            fixed_roots.add(root)
         tie_ops[root] = tie_ops.pop(ra, set()) | tie_ops.pop(rb, set()) | {op}
 
     members: Dict[str, List[str]] = {}

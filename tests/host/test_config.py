@@ -435,7 +435,7 @@ ERROR_CASES = {
     "mean not numbers": (_set("input_parameters", norm_type="data_mean", mean_value="12 abc"),
                          "mean_value: '12 abc' is not a list of numbers separated by spaces"),
     "bt601 on rgb": (_set("input_parameters", input_type_rt="rgb", input_space_and_range="bt601_video"),
-                     "input_space_and_range: the input: bt601_video only applies to input_type_rt nv12, not rgb"),
+                     "input_space_and_range: the input: bt601_video only applies to input_type_rt nv12/yuv444, not rgb"),
     "pyramid for rgb": (lambda d: (d["input_parameters"].update(input_type_rt="rgb", input_name="data"),
                                    d["compiler_parameters"].update(input_source={"data": "pyramid"})),
                         "input_source: input 'data': pyramid delivers nv12/gray data only, but input_type_rt is rgb"),
