@@ -22,10 +22,10 @@ what is wrong with it.
 import hashlib
 import os
 import struct
-import tempfile
 from dataclasses import dataclass, field
 from typing import Dict, Iterable, List, Optional, Union
 
+from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import IncompatibleVersion, InvalidModelFile, NotFound
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import FORMAT_MAJOR, FORMAT_MINOR, __version__
@@ -126,17 +126,7 @@ def write_bin(
 ) -> str:
     """Write a `.bin` atomically (temp file + rename); returns its SHA-256."""
     data = encode_bin(models, blobs, packed=packed)
-    path = os.fspath(path)
-    directory = os.path.dirname(os.path.abspath(path))
-    fd, tmp = tempfile.mkstemp(prefix=".bpuemu-", suffix=".tmp", dir=directory)
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
+    write_file_atomic(path, data)
     return sha256_hex(data)
 
 

@@ -19,6 +19,7 @@ import sys
 
 import click
 
+from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.version import RUNTIME_VERSION, __version__
 from bpuemu.board.cliutil import BoolFlag, main_entry
 
@@ -274,8 +275,7 @@ def perf(model_file, model_name, core_id, board, token_file, ssh, tls, input_fil
     if profile_path:
         os.makedirs(profile_path, exist_ok=True)
         for name, text in (("profiler.log", report.profiler_log), ("profiler.csv", report.profiler_csv)):
-            with open(os.path.join(profile_path, name), "w") as f:
-                f.write(text)
+            write_file_atomic(os.path.join(profile_path, name), text)
         click.echo(f"profiler data written to {os.path.join(os.path.abspath(profile_path), 'profiler.log')} and profiler.csv")
 
 

@@ -11,6 +11,7 @@ from typing import Dict, List
 
 import numpy as np
 
+from bpuemu.common.atomic import atomic_output, write_file_atomic
 from bpuemu.common.proto import model_pb2
 
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.-]")
@@ -24,7 +25,7 @@ def write_tensor(path_no_ext: str, array: np.ndarray, fmt: str, precision: int, 
     array = np.asarray(array)
     if fmt == "bin":
         path = path_no_ext + ".bin"
-        np.ascontiguousarray(array).tofile(path)
+        write_file_atomic(path, np.ascontiguousarray(array).tobytes())
         return path
     path = path_no_ext + ".txt"
     if array.ndim == 0:
@@ -33,7 +34,8 @@ def write_tensor(path_no_ext: str, array: np.ndarray, fmt: str, precision: int, 
         axis = txt_axis if 0 <= txt_axis < array.ndim else array.ndim - 1
         rows = array.reshape(int(np.prod(array.shape[:axis], dtype=np.int64)) if axis else 1, -1)
     fmt_str = "%d" if np.issubdtype(array.dtype, np.integer) else f"%.{precision}f"
-    np.savetxt(path, rows, fmt=fmt_str, delimiter=" ")
+    with atomic_output(path, "wb") as f:
+        np.savetxt(f, rows, fmt=fmt_str, delimiter=" ")
     return path
 
 

@@ -17,6 +17,7 @@ import numpy as np
 from bpuemu.board.backends import RemoteBackend
 from bpuemu.board.farm import BoardAccess, BoardOutcome, failures_line, fan_out, farm_perf, profile_dir, summarize
 from bpuemu.board.runtime.perf import PerfConfig
+from bpuemu.common.atomic import write_file_atomic
 
 
 def _raise_if_failed(what: str, outcomes: Sequence[BoardOutcome]) -> None:
@@ -110,7 +111,6 @@ def perf(boards: List[str], model_files: List[str], model_name: str, access: Boa
                 directory = profile_dir(profile_path, o.target)
                 os.makedirs(directory, exist_ok=True)
                 for name, text in (("profiler.log", o.value.report.profiler_log), ("profiler.csv", o.value.report.profiler_csv)):
-                    with open(os.path.join(directory, name), "w") as f:
-                        f.write(text)
+                    write_file_atomic(os.path.join(directory, name), text)
         click.echo(f"profiler data written to {os.path.abspath(profile_path)}/<board>/profiler.log and profiler.csv")
     _raise_if_failed("perf", outcomes)

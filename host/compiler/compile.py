@@ -112,12 +112,11 @@ def cached_compile(working_dir: str, key: str) -> Optional[Tuple[model_pb2.Model
 
 
 def store_compile(working_dir: str, key: str, model: model_pb2.Model, blobs: Dict[str, bytes]) -> None:
+    from bpuemu.common.atomic import write_file_atomic
+
     d = os.path.join(working_dir, CACHE_DIR)
     os.makedirs(d, exist_ok=True)
-    tmp = os.path.join(d, f".{key}.tmp")
-    with open(tmp, "wb") as f:
-        f.write(encode_bin([model], blobs))
-    os.replace(tmp, os.path.join(d, f"{key}.bin"))
+    write_file_atomic(os.path.join(d, f"{key}.bin"), encode_bin([model], blobs))
 
 
 def compile_for_board(quantized: onnx.ModelProto, name: str, specs, *, working_dir: str, force_cpu=(), force_bpu=(),

@@ -7,9 +7,13 @@
     <prefix>.bin                         the partitioned plan (compiler.partition + common.container)
 
 ``ConvertJob`` is everything the run needs, already validated and typed; the
-yaml layer (bpuemu.host.config) and --fast-perf both build one. A failure at
-any stage raises a BpuEmuError and no `.bin` is written, so a partial run can
-never be mistaken for a successful one.
+yaml layer (bpuemu.host.config) and --fast-perf both build one.
+
+Nothing is lost on failure: every output (the five artifacts and the
+calibration_data dump) is written into a fresh staging directory inside
+working_dir and renamed into place only when the whole run succeeded
+(bpuemu.common.atomic.Staging). A run that fails, is interrupted or killed
+leaves the previous run's artifacts byte-identical.
 """
 import logging
 import os
@@ -20,6 +24,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 import onnx
 
+from bpuemu.common.atomic import Staging, atomic_output, checkpoint
 from bpuemu.common.container import write_bin
 from bpuemu.common.errors import BpuEmuError, InvalidInput, NotFound
 from bpuemu.common.proto import model_pb2
@@ -74,8 +79,9 @@ class Artifacts:
     output_cosines: Dict[str, float] = field(default_factory=dict)
 
 
-def artifact_paths(job: ConvertJob) -> Dict[str, str]:
-    base = os.path.join(job.working_dir, job.output_model_file_prefix)
+def artifact_paths(job: ConvertJob, directory: str = "") -> Dict[str, str]:
+    """The five artifacts' paths in ``directory`` (default: the job's working_dir)."""
+    base = os.path.join(directory or job.working_dir, job.output_model_file_prefix)
     return {
         "original": base + "_original_float_model.onnx",
         "optimized": base + "_optimized_float_model.onnx",
@@ -153,12 +159,12 @@ def input_spec(ji: JobInput) -> model_pb2.InputSpec:
 
 
 def _save(model: onnx.ModelProto, path: str) -> None:
-    tmp = path + ".tmp"
-    onnx.save(model, tmp)
-    os.replace(tmp, path)
+    with atomic_output(path) as f:
+        f.write(model.SerializeToString())
 
 
-def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
+def calibration_feeds(job: ConvertJob, specs, dump_dir: str = "") -> List[Dict[str, np.ndarray]]:
+    """The model-input feeds of the calibration samples; with debug_dump_calibration, also saved in dump_dir."""
     cal = [ji.cal for ji in job.inputs]
     if any(c is None for c in cal):
         return []
@@ -172,7 +178,7 @@ def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
         feed = to_model_inputs(sample, specs, trains)
         if job.debug_dump_calibration:
             for name, arr in feed.items():
-                d = os.path.join(job.working_dir, "calibration_data", name)
+                d = os.path.join(dump_dir or job.working_dir, "calibration_data", name)
                 os.makedirs(d, exist_ok=True)
                 np.save(os.path.join(d, f"{i}.npy"), arr)
         feeds.append(feed)
@@ -181,24 +187,34 @@ def calibration_feeds(job: ConvertJob, specs) -> List[Dict[str, np.ndarray]]:
 
 
 def run(job: ConvertJob) -> Artifacts:
+    t_start = time.time()
+    log.info("Start Model Convert....")
+    final = artifact_paths(job)
+    with Staging(job.working_dir, "makertbin", log) as stage:
+        sha, cosines, table, out_cos = _convert(job, stage.dir)
+        checkpoint("makertbin:converted")
+        stage.publish()
+    for key, what in (("original", "original float model"), ("optimized", "optimized float model"),
+                      ("calibrated", "calibrated model"), ("quantized", "quantized model"), ("bin", "runtime model")):
+        log.info("%s saved: %s", what, final[key])
+    log.info("Convert to runtime bin file successfully!")
+    log.info("End Model Convert (%.1f s)", time.time() - t_start)
+    return Artifacts(final["original"], final["optimized"], final["calibrated"], final["quantized"], final["bin"],
+                     sha, cosines, table, out_cos)
+
+
+def _convert(job: ConvertJob, out_dir: str):
+    """Every stage of the conversion, writing into ``out_dir`` (the staging directory)."""
     from bpuemu.host.compiler.compile import compile_for_board
     from bpuemu.host import quant
 
-    t_start = time.time()
-    log.info("Start Model Convert....")
-    os.makedirs(job.working_dir, exist_ok=True)
-    paths = artifact_paths(job)
-    if os.path.exists(paths["bin"]):
-        os.unlink(paths["bin"])  # never leave an old .bin that looks like this run's result
-
+    paths = artifact_paths(job, out_dir)
     float_model = load_float_model(job.onnx_model, job.inputs, job.output_nodes)
     original = insert_preprocess(float_model, [ji.pre for ji in job.inputs])
     _save(original, paths["original"])
-    log.info("original float model saved: %s", paths["original"])
 
     optimized = optimize(original)
     _save(optimized, paths["optimized"])
-    log.info("optimized float model saved: %s", paths["optimized"])
 
     image_inputs = [ji.pre.name for ji in job.inputs if ji.pre.is_image]
     placement = _place(optimized, job, image_inputs)
@@ -207,7 +223,7 @@ def run(job: ConvertJob) -> Artifacts:
 
     specs = [input_spec(ji) for ji in job.inputs]
     options = job.quant_options or quant.QuantOptions()
-    feeds = calibration_feeds(job, specs) if options.calibration_type not in ("skip", "load") else []
+    feeds = calibration_feeds(job, specs, out_dir) if options.calibration_type not in ("skip", "load") else []
     if options.calibration_type not in ("skip", "load") and not feeds:
         raise InvalidInput("no calibration data: set cal_data_dir for every input, or calibration_type: skip")
     params = quant.calibrate(optimized, feeds, placement.bpu_nodes, image_inputs, options, log=log)
@@ -216,6 +232,7 @@ def run(job: ConvertJob) -> Artifacts:
     quantized = quant.build_quantized_model(optimized, params, image_inputs)
     _check_loads(quantized, paths["quantized"])
     _save(quantized, paths["quantized"])
+    checkpoint("makertbin:calibrated")
 
     eval_feeds = feeds[: min(len(feeds), 16)]
     sim = quant.similarity(optimized, quantized, eval_feeds)  # node and output cosines from one run
@@ -237,6 +254,7 @@ def run(job: ConvertJob) -> Artifacts:
             log.warning("output %s has cosine similarity %.4f < 0.99: expect an accuracy loss "
                         "(try calibration_type / per_channel, node_info int16, or run_on_cpu on the tail)", name, c)
 
+    checkpoint("makertbin:compiling")
     model, blobs, _ = compile_for_board(
         quantized, job.output_model_file_prefix, specs, working_dir=job.working_dir,
         force_cpu=placement.cpu_nodes, force_bpu=placement.bpu_nodes, build_info=job.build_info, march=job.march,
@@ -254,10 +272,7 @@ def run(job: ConvertJob) -> Artifacts:
     except BpuEmuError as exc:
         log.warning("no static performance estimate: %s", exc)
     sha = write_bin(paths["bin"], [model], blobs)
-    log.info("Convert to runtime bin file successfully!")
-    log.info("End Model Convert (%.1f s)", time.time() - t_start)
-    return Artifacts(paths["original"], paths["optimized"], paths["calibrated"], paths["quantized"], paths["bin"],
-                     sha, cosines, table, out_cos)
+    return sha, cosines, table, out_cos
 
 
 def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[str]):

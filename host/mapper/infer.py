@@ -12,6 +12,7 @@ from typing import Dict, List, Sequence, Tuple
 import numpy as np
 import onnx
 
+from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.convert.caldata import CalInput, read_sample, to_model_inputs
 from bpuemu.host.convert.pipeline import JobInput, input_spec
@@ -73,7 +74,7 @@ def run_infer(config_path: str, model_file: str, image_files: Sequence[Tuple[str
     written = []
     for name, value in zip(sess.output_names, outputs):
         path = os.path.join(output_dir, f"{_safe(name)}_float.bin")
-        np.asarray(value, dtype=np.float32).tofile(path)
+        write_file_atomic(path, np.ascontiguousarray(value, dtype=np.float32).tobytes())
         written.append(path)
         log.info("%s: shape %s -> %s", name, list(np.shape(value)), path)
     return written

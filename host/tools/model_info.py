@@ -122,8 +122,9 @@ def write_deleted_nodes_info(models: Sequence[model_pb2.Model], path: str = DELE
     lines = deleted_nodes_info(models)
     if not lines:
         return None
-    with open(path, "w") as f:
-        f.write("\n".join(lines) + "\n")
+    from bpuemu.common.atomic import write_file_atomic
+
+    write_file_atomic(path, "\n".join(lines) + "\n")
     return path
 
 

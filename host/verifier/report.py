@@ -116,9 +116,9 @@ class VerifyReport:
         }
 
     def write_json(self, path: str) -> None:
-        with open(path, "w") as f:
-            json.dump(self.to_dict(), f, indent=2)
-            f.write("\n")
+        from bpuemu.common.atomic import write_file_atomic
+
+        write_file_atomic(path, json.dumps(self.to_dict(), indent=2) + "\n")
 
     def text(self) -> str:
         return "\n".join(pair_header(p.side_a, p.side_b, p.model_a, p.model_b) + "\n" + pair_body(p) for p in self.pairs)

@@ -8,9 +8,11 @@ The cost model is in ``x5`` (its docstring has every formula and parameter),
 the per-layer analysis of the ONNX pieces in ``layers``, the drawing in
 ``structure``, the pages in ``report`` and ``--compare`` in ``compare``.
 """
+import dataclasses
 import os
 from typing import List, Optional
 
+from bpuemu.common.atomic import staged_dir
 from bpuemu.common.container import BinFile
 from bpuemu.host.tools.perf.estimate import ModelEstimate, SubgraphEstimate, estimate_line, estimate_model, is_debug_build
 from bpuemu.host.tools.perf.report import ReportFiles, write_report
@@ -25,10 +27,27 @@ RESULT_DIR = "hb_perf_result"
 
 def analyze(binfile: BinFile, result_dir: str = RESULT_DIR, model_name: Optional[str] = None,
             bpu: X5Bpu = X5_BPU) -> List[ReportFiles]:
-    """Estimate and write ``<result_dir>/<model>/`` for one model (``model_name``) or all of the file's."""
+    """Estimate and write ``<result_dir>/<model>/`` for one model (``model_name``) or all of the file's.
+
+    Each model's folder is written aside and replaces the old one whole, only
+    once every file of it is written (bpuemu.common.atomic).
+    """
     models = [binfile.model(model_name)] if model_name else list(binfile.manifest.models)
     out = []
     for m in models:
         est = estimate_model(m, binfile.blobs, bpu)
-        out.append(write_report(est, structure(m), os.path.join(result_dir, m.name), is_debug_build(m)))
+        final = os.path.join(result_dir, m.name)
+        with staged_dir(final, "hb_perf") as work:
+            files = write_report(est, structure(m), work, is_debug_build(m))
+        out.append(_moved(files, work, os.path.abspath(final)))
     return out
+
+
+def _moved(files: ReportFiles, old: str, new: str) -> ReportFiles:
+    """``files`` with the paths under ``old`` pointing under ``new``."""
+    def move(p: str) -> str:
+        return os.path.join(new, os.path.relpath(p, old))
+
+    return dataclasses.replace(files, directory=new, html=move(files.html), png=move(files.png), dot=move(files.dot),
+                               subgraph_html=[move(p) for p in files.subgraph_html],
+                               subgraph_json=[move(p) for p in files.subgraph_json])

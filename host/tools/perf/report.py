@@ -164,7 +164,7 @@ def write_report(est: ModelEstimate, struct: Structure, out_dir: str, debug: boo
     png = os.path.join(out_dir, f"{name}.png")
     draw_png(struct, png, title=f"BIN Model Structure: {name}")
     dot_path = os.path.join(out_dir, name)
-    with open(dot_path, "w") as f:
+    with open(dot_path, "w") as f:  # out_dir is a staging directory (analyze): no partial file is ever published
         f.write(dot(struct, name))
     sub_html, sub_json = [], []
     for sub in est.subgraphs:
