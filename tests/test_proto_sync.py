@@ -10,7 +10,7 @@ def test_generated_code_is_fresh(tmp_path):
     subprocess.run([sys.executable, str(ROOT / "scripts" / "gen_proto.py"), "--out", str(tmp_path)], check=True,
                    capture_output=True)
     fresh = {p.name: p.read_text() for p in tmp_path.glob("*.py")}
-    committed = {p.name: p.read_text() for p in (ROOT / "common" / "proto").glob("*_pb2*.py")}
+    committed = {p.name: p.read_text() for d in ("common/proto", "host/caffe") for p in (ROOT / d).glob("*_pb2*.py")}
     assert fresh, "gen_proto.py produced nothing"
     assert sorted(fresh) == sorted(committed), "generated file set differs: run python scripts/gen_proto.py"
     stale = [name for name in fresh if fresh[name] != committed[name]]
