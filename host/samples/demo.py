@@ -1,5 +1,9 @@
 """bpuemu-demo: the main job end to end on an embedded default.
 
+Every step runs the console script a user types (hb_mapper, hrt_boardd,
+hrt_model_exec, hb_verifier) and prints its command line first, so it can be
+copied.
+
 1. writes a small float CNN, its yaml and calibration data, checks it with
    hb_mapper checker and converts it with hb_mapper makertbin (the five
    artifacts, the `.bin` among them);
@@ -7,11 +11,14 @@
 3. runs hrt_model_exec model_info, infer and perf against it with --board;
 4. runs the same infer in-process (the x86 simulator) and checks the board's
    output is bit-identical;
-5. stops the daemon.
+5. runs hb_verifier: quanti.onnx vs the x86 simulator vs the board;
+6. stops the daemon.
 
     bpuemu-demo [--workdir DIR] [--size 224] [--input-type nv12|rgb|bgr|yuv444]
 """
 import os
+import shlex
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -27,9 +34,19 @@ def _step(text: str) -> None:
     click.secho(f"\n==> {text}", bold=True)
 
 
+def _script(name: str) -> str:
+    """The console script ``name`` installed beside this Python (else on PATH)."""
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    found = here if os.access(here, os.X_OK) else shutil.which(name)
+    if not found:
+        raise BoardUnavailable(f"{name}: command not found; install bpuemu with pip install '.[host]'")
+    return found
+
+
 def _run(args, cwd=None, show_stderr=False) -> str:
-    click.echo("$ " + " ".join(args))
-    proc = subprocess.run(args, capture_output=True, text=True, cwd=cwd)
+    """Print the command line as a user would type it, then run that console script."""
+    click.echo("$ " + shlex.join(args))
+    proc = subprocess.run([_script(args[0])] + list(args[1:]), capture_output=True, text=True, cwd=cwd)
     click.echo(proc.stdout.rstrip())
     if show_stderr and proc.returncode == 0:
         click.echo(proc.stderr.rstrip())
@@ -45,11 +62,9 @@ def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0):
     if os.path.exists(port_file):
         os.unlink(port_file)
     log = open(log_path, "w")
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "bpuemu.board.daemon", "--listen", "127.0.0.1:0", "--model-dir", model_dir,
-         "--port-file", port_file],
-        stdout=log, stderr=subprocess.STDOUT,
-    )
+    args = ["hrt_boardd", "--listen", "127.0.0.1:0", "--model-dir", model_dir, "--port-file", port_file]
+    click.echo("$ " + shlex.join(args) + " &")
+    proc = subprocess.Popen([_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
@@ -76,7 +91,7 @@ def cli(workdir, size, input_type, frame_count):
     workdir = os.path.abspath(workdir or tempfile.mkdtemp(prefix="bpuemu-demo-"))
     os.makedirs(workdir, exist_ok=True)
     name = f"sample_{size}x{size}_{input_type}"
-    mapper = [sys.executable, "-m", "bpuemu.host.mapper"]
+    mapper = ["hb_mapper"]
 
     _step(f"write a float CNN, its yaml and calibration data to {workdir}")
     config = write_sample_project(workdir, size=size, input_type_rt=input_type, prefix=name)
@@ -94,7 +109,7 @@ def cli(workdir, size, input_type, frame_count):
     _step("start the board daemon hrt_boardd on loopback")
     daemon, board = start_daemon(os.path.join(workdir, "board_models"), os.path.join(workdir, "hrt_boardd.log"))
     click.echo(f"hrt_boardd pid {daemon.pid} on {board}")
-    exe = [sys.executable, "-m", "bpuemu.board.hrt_model_exec"]
+    exe = ["hrt_model_exec"]
     try:
         _step("hrt_model_exec model_info on the board")
         _run(exe + ["model_info", "--model_file", model, "--board", board])
@@ -115,6 +130,10 @@ def cli(workdir, size, input_type, frame_count):
         _step("hrt_model_exec perf on the board (runs on the board; the network is not timed)")
         _run(exe + ["perf", "--model_file", model, "--board", board, "--frame_count", str(frame_count),
                     "--thread_num", "2", "--profile_path", os.path.join(workdir, "profile")])
+
+        _step("hb_verifier: quanti.onnx vs x86 simulator vs board")
+        quanti = os.path.join(workdir, "model_output", f"{name}_quantized_model.onnx")
+        _run(["hb_verifier", "-m", f"{quanti},{model}", "-s", "True", "-b", board])
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)
