@@ -75,8 +75,10 @@ class ConfigInfo:
 
 def config_info(cfg: MapperConfig) -> ConfigInfo:
     m = cfg.model
+    source = [("prototxt", str(m.prototxt)), ("caffe_model", str(m.caffe_model))] if m.model_type == "caffe" else [
+        ("onnx_model", str(m.onnx_model))]
     model = [
-        ("onnx_model", str(m.onnx_model)),
+        *source,
         ("BPU march", m.march),
         ("layer_out_dump", str(m.layer_out_dump)),
         ("working dir", m.working_dir),

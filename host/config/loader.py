@@ -233,23 +233,30 @@ class _Builder:
         onnx_model, caffe_model, prototxt = (self.mp.get(k) for k in ("onnx_model", "caffe_model", "prototxt"))
         if onnx_model and (caffe_model or prototxt):
             raise ConfigError("give either onnx_model or caffe_model + prototxt, not both", group=_MODEL)
-        if self.model_type == "caffe" or (self.model_type is None and (caffe_model or prototxt)):
-            raise ConfigError("Caffe models are not supported by bpuemu", group=_MODEL,
-                              hint="export the model to ONNX, set onnx_model and use --model-type onnx")
-        if not onnx_model:
+        is_caffe = self.model_type == "caffe" or (self.model_type is None and (caffe_model or prototxt))
+        if is_caffe:
+            missing = [k for k in ("caffe_model", "prototxt") if not self.mp.get(k)]
+            if missing:
+                raise ConfigError(_missing(*missing), group=_MODEL, hint="--model-type caffe needs caffe_model and prototxt")
+            caffe_model, prototxt = self.resolve(caffe_model), self.resolve(prototxt)
+            for key, path in (("prototxt", prototxt), ("caffe_model", caffe_model)):
+                if self.check_files and not os.path.isfile(path):
+                    raise ConfigError(f"file '{path}' does not exist", group=_MODEL, key=key)
+        elif not onnx_model:
             raise ConfigError(_missing("onnx_model"), group=_MODEL, hint="set onnx_model to the float ONNX model")
-        onnx_model = self.resolve(onnx_model)
-        if self.check_files and not os.path.isfile(onnx_model):
-            raise ConfigError(f"file '{onnx_model}' does not exist", group=_MODEL, key="onnx_model")
+        else:
+            onnx_model = self.resolve(onnx_model)
+            if self.check_files and not os.path.isfile(onnx_model):
+                raise ConfigError(f"file '{onnx_model}' does not exist", group=_MODEL, key="onnx_model")
         prefix = self.mp["output_model_file_prefix"]
         if "/" in prefix or os.sep in prefix:
             raise ConfigError(f"'{prefix}' is a path, not a file name prefix", group=_MODEL,
                               key="output_model_file_prefix", hint="put the directory in working_dir")
         return ModelParameters(
-            model_type="onnx",
-            onnx_model=onnx_model,
-            caffe_model=None,
-            prototxt=None,
+            model_type="caffe" if is_caffe else "onnx",
+            onnx_model=None if is_caffe else onnx_model,
+            caffe_model=caffe_model if is_caffe else None,
+            prototxt=prototxt if is_caffe else None,
             march=self.mp["march"],
             output_model_file_prefix=prefix,
             working_dir=self.resolve(self.get(_MODEL, "working_dir")),

@@ -46,10 +46,12 @@ class JobInput:
 
 @dataclass
 class ConvertJob:
-    onnx_model: str
+    onnx_model: str                       # "" for a Caffe model (prototxt + caffe_model)
     output_model_file_prefix: str
     working_dir: str
     inputs: List[JobInput]
+    prototxt: str = ""
+    caffe_model: str = ""
     quant_options: object = None          # bpuemu.host.quant.QuantOptions
     march: str = "bayes-e"
     force_cpu: Sequence[str] = ()
@@ -91,13 +93,33 @@ def artifact_paths(job: ConvertJob, directory: str = "") -> Dict[str, str]:
     }
 
 
-def load_float_model(path: str, inputs: Sequence[JobInput], output_nodes: Sequence[str] = ()) -> onnx.ModelProto:
-    if not os.path.isfile(path):
+def float_model(job: "ConvertJob") -> onnx.ModelProto:
+    """The float model with the job's input shapes, cut at output_nodes.
+
+    A Caffe model is converted to ONNX here (the model-analysis stage), so the
+    rest of the pipeline sees ONNX either way.
+    """
+    if not job.prototxt:
+        return load_float_model(job.onnx_model, job.inputs, job.output_nodes)
+    from bpuemu.host.caffe import caffe_to_onnx
+
+    log.info("converting Caffe model %s (%s) to ONNX", job.caffe_model, job.prototxt)
+    shapes = {ji.pre.name: tuple(ji.shape) for ji in job.inputs}
+    converted = caffe_to_onnx(job.prototxt, job.caffe_model, shapes, job.output_nodes)
+    return load_float_model(converted, job.inputs)
+
+
+def load_float_model(path, inputs: Sequence[JobInput], output_nodes: Sequence[str] = ()) -> onnx.ModelProto:
+    """``path``: an ONNX file, or an already loaded ModelProto."""
+    if isinstance(path, onnx.ModelProto):
+        model, path = path, path.graph.name or "the model"
+    elif not os.path.isfile(path):
         raise NotFound(f"onnx_model not found: {path}")
-    try:
-        model = onnx.load(path)
-    except Exception as exc:  # onnx raises DecodeError and others
-        raise InvalidInput(f"{path} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
+    else:
+        try:
+            model = onnx.load(path)
+        except Exception as exc:  # onnx raises DecodeError and others
+            raise InvalidInput(f"{path} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
     by_name = {i.name: i for i in model.graph.input}
     inits = {t.name for t in model.graph.initializer}
     real = [i.name for i in model.graph.input if i.name not in inits]
@@ -209,8 +231,7 @@ def _convert(job: ConvertJob, out_dir: str):
     from bpuemu.host import quant
 
     paths = artifact_paths(job, out_dir)
-    float_model = load_float_model(job.onnx_model, job.inputs, job.output_nodes)
-    original = insert_preprocess(float_model, [ji.pre for ji in job.inputs])
+    original = insert_preprocess(float_model(job), [ji.pre for ji in job.inputs])
     _save(original, paths["original"])
 
     optimized = optimize(original)

@@ -52,6 +52,11 @@ def load_and_fix_inputs(path: str, input_shapes: Dict[str, Tuple[int, ...]]) -> 
         model = onnx.load(path)
     except Exception as exc:
         raise CheckError(f"{path} is not a readable ONNX model: {type(exc).__name__}") from None
+    return fix_inputs(model, input_shapes)
+
+
+def fix_inputs(model: onnx.ModelProto, input_shapes: Dict[str, Tuple[int, ...]]) -> Tuple[onnx.ModelProto, List[str]]:
+    """Check opset, inputs and operators; --input-shape overrides an input's shape."""
     warnings = []
     opset = default_opset(model)
     if opset < MIN_OPSET:
@@ -95,8 +100,14 @@ def load_and_fix_inputs(path: str, input_shapes: Dict[str, Tuple[int, ...]]) -> 
     return model, warnings
 
 
-def check(path: str, input_shapes: Dict[str, Tuple[int, ...]]) -> CheckResult:
-    model, warnings = load_and_fix_inputs(path, input_shapes)
+def check(path: str, input_shapes: Dict[str, Tuple[int, ...]], prototxt: str = "") -> CheckResult:
+    """Check an ONNX model, or with ``prototxt`` the Caffe model ``path`` (its caffemodel) converted to ONNX."""
+    if prototxt:
+        from bpuemu.host.caffe import caffe_to_onnx
+
+        model, warnings = fix_inputs(caffe_to_onnx(prototxt, path, input_shapes), input_shapes)
+    else:
+        model, warnings = load_and_fix_inputs(path, input_shapes)
     optimized = optimize(model)
     four_d = [i.name for i in optimized.graph.input if len(i.type.tensor_type.shape.dim) == 4]
     placement = place(optimized, quantized_inputs=four_d)

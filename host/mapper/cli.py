@@ -58,6 +58,15 @@ def cli():
     """X5 model conversion (emulated by bpuemu)."""
 
 
+def _caffe_proto(model_type: str, proto: str) -> str:
+    """--proto, required with --model-type caffe and meaningless without it."""
+    if model_type == "caffe" and not proto:
+        raise click.UsageError("--model-type caffe needs --proto FILE.prototxt (and --model FILE.caffemodel)")
+    if model_type == "onnx" and proto:
+        raise click.UsageError("--proto is for --model-type caffe; an ONNX model needs only --model")
+    return proto if model_type == "caffe" else ""
+
+
 def _shape_pairs(values):
     from bpuemu.host.mapper.checker import parse_shape
 
@@ -67,8 +76,8 @@ def _shape_pairs(values):
 @cli.command("checker")
 @click.option("--model-type", required=True, type=click.Choice(["onnx", "caffe"]))
 @click.option("--march", required=True, type=click.Choice(["bayes-e"]))
-@click.option("--model", "model_path", required=True, help="The float ONNX model.")
-@click.option("--proto", default="", help="Caffe prototxt (caffe is not supported by bpuemu).")
+@click.option("--model", "model_path", required=True, help="The float ONNX model, or the Caffe caffemodel.")
+@click.option("--proto", default="", help="With --model-type caffe: the Caffe prototxt.")
 @click.option("--input-shape", "input_shapes", type=(str, str), multiple=True, metavar="NAME SHAPE",
               help="Input name and shape (1x3x224x224); once per input. Overrides the model's shape.")
 @click.option("--output", default="", hidden=True, help="Deprecated: the log goes to hb_mapper_checker.log.")
@@ -76,13 +85,11 @@ def checker(model_type, march, model_path, proto, input_shapes, output):
     """Check that a float model converts, and show where each node would run."""
     _logging("checker")
     with _command_errors("checker"):
-        if model_type == "caffe":
-            raise BpuEmuError("caffe models are not supported by bpuemu; export the model to ONNX")
         from bpuemu.host.mapper.checker import check
 
         log.info("Start hb_mapper....")
         log.info("hb_mapper version %s", __version__)
-        result = check(model_path, _shape_pairs(input_shapes))
+        result = check(model_path, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
         for w in result.warnings:
             log.warning(w)
         for line in result.placement.table().splitlines():
@@ -97,8 +104,8 @@ def checker(model_type, march, model_path, proto, input_shapes, output):
 @click.option("-c", "--config", "config_path", default="", help="The conversion yaml.")
 @click.option("--model-type", required=True, type=click.Choice(["onnx", "caffe"]))
 @click.option("--fast-perf", is_flag=True, help="Build for best performance with built-in settings (no --config).")
-@click.option("--model", "model_path", default="", help="With --fast-perf: the float ONNX model.")
-@click.option("--proto", default="", help="Caffe prototxt (caffe is not supported by bpuemu).")
+@click.option("--model", "model_path", default="", help="With --fast-perf: the float ONNX model or Caffe caffemodel.")
+@click.option("--proto", default="", help="With --fast-perf --model-type caffe: the Caffe prototxt.")
 @click.option("--march", default="", help="With --fast-perf: bayes-e.")
 @click.option("-i", "--input-shape", "input_shapes", type=(str, str), multiple=True, metavar="NAME SHAPE",
               help="With --fast-perf: an input's shape, once per input.")
@@ -106,10 +113,8 @@ def makertbin(config_path, model_type, fast_perf, model_path, proto, march, inpu
     """Convert a float model into a .bin and the four ONNX artifacts."""
     _logging("makertbin")
     with _command_errors("makertbin"):
-        if model_type == "caffe":
-            raise BpuEmuError("caffe models are not supported by bpuemu; export the model to ONNX")
         from bpuemu.host.convert.pipeline import run
-        from bpuemu.host.mapper.makertbin import fast_perf_config, job_from_config, makertbin_from_config, model_inputs
+        from bpuemu.host.mapper.makertbin import fast_perf_config, float_inputs, job_from_config, makertbin_from_config
 
         log.info("Start hb_mapper....")
         log.info("hb_mapper version %s", __version__)
@@ -118,8 +123,8 @@ def makertbin(config_path, model_type, fast_perf, model_path, proto, march, inpu
                 raise click.UsageError("--fast-perf uses built-in settings; do not give --config")
             if not model_path or march != "bayes-e":
                 raise click.UsageError("--fast-perf needs --model FILE and --march bayes-e")
-            cfg = fast_perf_config(model_path, march, _shape_pairs(input_shapes))
-            result = run(job_from_config(cfg.complete(model_inputs(model_path))))
+            cfg = fast_perf_config(model_path, march, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
+            result = run(job_from_config(cfg.complete(float_inputs(cfg))))
         else:
             if not config_path:
                 raise click.UsageError("give --config FILE.yaml (or --fast-perf --model FILE)")

@@ -17,7 +17,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.host.convert.caldata import CalInput, read_sample, to_model_inputs
 from bpuemu.host.convert.pipeline import JobInput, input_spec
 from bpuemu.host.hb_onnxruntime import HB_ONNXRuntime
-from bpuemu.host.mapper.makertbin import job_from_config, model_inputs
+from bpuemu.host.mapper.makertbin import float_inputs, job_from_config
 
 log = logging.getLogger("bpuemu.host.infer")
 
@@ -46,7 +46,7 @@ def run_infer(config_path: str, model_file: str, image_files: Sequence[Tuple[str
     from bpuemu.host.config import load_config
 
     cfg = load_config(config_path, model_type=model_type)
-    cfg = cfg.complete(model_inputs(cfg.model.onnx_model))
+    cfg = cfg.complete(float_inputs(cfg))
     job = job_from_config(cfg)
     given: Dict[str, str] = dict(image_files)
     unknown = set(given) - {ji.pre.name for ji in job.inputs}

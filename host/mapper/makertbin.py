@@ -30,6 +30,23 @@ def model_inputs(path: str) -> List[Tuple[str, List[Optional[int]]]]:
             for i in m.graph.input if i.name not in inits]
 
 
+def float_inputs(cfg) -> List[Tuple[str, List[Optional[int]]]]:
+    """(name, shape) of the float model a config names: the ONNX model, or the Caffe prototxt's inputs.
+
+    A Caffe net is converted at the size the yaml's input_shape gives (Caffe
+    nets reshape to their input, e.g. MTCNN's fully convolutional PNet); the
+    prototxt's shape is the default.
+    """
+    if cfg.model.model_type != "caffe":
+        return model_inputs(cfg.model.onnx_model)
+    from bpuemu.host.caffe import caffe_inputs
+
+    found = caffe_inputs(cfg.model.prototxt)
+    given = {(ic.name if ic.name is not None else found[i][0] if i < len(found) else None): ic.input_shape
+             for i, ic in enumerate(cfg.inputs)}
+    return [(name, list(given[name]) if given.get(name) else shape) for name, shape in found]
+
+
 def _build_info(cfg) -> model_pb2.BuildInfo:
     from bpuemu.host.config import config_info
 
@@ -94,7 +111,9 @@ def job_from_config(cfg) -> ConvertJob:
                                cal=cal))
     node_info = cfg.model.node_info
     return ConvertJob(
-        onnx_model=cfg.model.onnx_model,
+        onnx_model=cfg.model.onnx_model or "",
+        prototxt=cfg.model.prototxt or "",
+        caffe_model=cfg.model.caffe_model or "",
         output_model_file_prefix=cfg.model.output_model_file_prefix,
         working_dir=cfg.model.working_dir,
         inputs=inputs,
@@ -118,15 +137,26 @@ def makertbin_from_config(config_path: str, model_type: str = "onnx") -> Artifac
     from bpuemu.host.config import load_config
 
     cfg = load_config(config_path, model_type=model_type)
-    cfg = cfg.complete(model_inputs(cfg.model.onnx_model))
+    cfg = cfg.complete(float_inputs(cfg))
     return run(job_from_config(cfg))
 
 
-def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], working_dir: str = "model_output"):
-    """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3."""
+def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], working_dir: str = "model_output",
+                     prototxt: str = ""):
+    """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3.
+
+    With ``prototxt``, ``model_path`` is a Caffe caffemodel.
+    """
     from bpuemu.host.config import parse_config
 
-    inputs = model_inputs(model_path)
+    if prototxt:
+        from bpuemu.host.caffe import caffe_inputs
+
+        inputs = caffe_inputs(prototxt)
+        source = {"caffe_model": model_path, "prototxt": prototxt}
+    else:
+        inputs = model_inputs(model_path)
+        source = {"onnx_model": model_path}
     names, shapes = [], []
     for name, shape in inputs:
         if name in input_shapes:
@@ -140,7 +170,7 @@ def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[
     prefix = os.path.splitext(os.path.basename(model_path))[0]
     n = len(names)
     doc = {
-        "model_parameters": {"onnx_model": model_path, "march": march, "output_model_file_prefix": prefix,
+        "model_parameters": {**source, "march": march, "output_model_file_prefix": prefix,
                              "working_dir": working_dir},
         "input_parameters": {
             "input_name": ";".join(names), "input_shape": ";".join(shapes),

@@ -201,3 +201,25 @@ def test_in_place_output_keeps_the_blob_name_and_bad_files_are_one_line(tmp_path
     (tmp_path / "bad.caffemodel").write_bytes(b"\xff\xff\xff\xff")
     with pytest.raises(InvalidInput, match="is not a Caffe caffemodel"):
         caffe_to_onnx(proto, str(tmp_path / "bad.caffemodel"))
+
+
+def test_checker_cli_names_the_unsupported_layer_like_the_seed(tmp_path):
+    """The seed's example: an Accuracy layer in the prototxt -> 'Not support layer name=accuracy type=Accuracy'."""
+    import os
+    import subprocess
+    import sys
+
+    b = CaffeNetBuilder()
+    b.input("data", (1, 3, 224, 224))
+    b.layer("Convolution1", "Convolution", "data", blobs=[b.randn(128, 3, 1, 1)],
+            convolution_param={"num_output": 128, "kernel_size": [1], "bias_term": False})
+    b.layer("accuracy", "Accuracy", "Convolution1")
+    proto, weights = b.write(str(tmp_path))
+    exe = os.path.join(os.path.dirname(sys.executable), "hb_mapper")
+    base = [exe, "checker", "--model-type", "caffe", "--march", "bayes-e", "--model", weights]
+    proc = subprocess.run(base + ["--proto", proto], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert "ERROR Not support layer name=accuracy type=Accuracy" in proc.stderr
+    assert "Not support layer name=accuracy type=Accuracy" in (tmp_path / "hb_mapper_checker.log").read_text()
+    proc = subprocess.run(base, cwd=tmp_path, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "--model-type caffe needs --proto" in proc.stderr

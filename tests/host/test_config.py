@@ -451,9 +451,12 @@ ERROR_CASES = {
                          "output_model_file_prefix: 'out/m' is a path, not a file name prefix"),
     "caffe and onnx": (_set("model_parameters", caffe_model="m.caffemodel", prototxt="m.prototxt"),
                        "give either onnx_model or caffe_model + prototxt, not both"),
-    "caffe": (lambda d: (d["model_parameters"].pop("onnx_model"),
-                         d["model_parameters"].update(caffe_model="m.caffemodel", prototxt="m.prototxt")),
-              "Key 'model_parameters' error:\nCaffe models are not supported by bpuemu"),
+    "caffe file missing": (lambda d: (d["model_parameters"].pop("onnx_model"),
+                                      d["model_parameters"].update(caffe_model="m.caffemodel", prototxt="m.prototxt")),
+                           "Key 'model_parameters' error:\nprototxt: file '"),
+    "caffe without prototxt": (lambda d: (d["model_parameters"].pop("onnx_model"),
+                                          d["model_parameters"].update(caffe_model="m.caffemodel")),
+                               "Key 'model_parameters' error:\nMissing key: 'prototxt'"),
     "no cal_data_dir": (_del("calibration_parameters", "cal_data_dir"),
                         "Key 'calibration_parameters' error:\nMissing key: 'cal_data_dir'"),
     "missing onnx file": (_set("model_parameters", onnx_model="nope.onnx"), "onnx_model: file '"),
@@ -492,13 +495,19 @@ def test_seed_caffe_message_is_exact(project):
     assert (e.group, e.detail) == ("model_parameters", "Missing keys: 'caffe_model', 'prototxt'")
 
 
-def test_caffe_model_type_with_caffe_keys_is_refused_clearly(project):
+def test_caffe_model_type_with_caffe_keys_is_a_caffe_model(project):
     doc = minimal()
     del doc["model_parameters"]["onnx_model"]
     doc["model_parameters"].update(caffe_model="m.caffemodel", prototxt="m.prototxt")
-    e = error_of(doc, project, model_type="caffe")
-    assert "Caffe models are not supported by bpuemu" in str(e)
-    assert "export the model to ONNX" in e.hint
+    for name in ("m.caffemodel", "m.prototxt"):
+        (project / name).write_bytes(b"")
+    from bpuemu.host.config import parse_config
+
+    cfg = parse_config(doc, str(project), model_type="caffe")
+    m = cfg.model
+    assert (m.model_type, m.onnx_model) == ("caffe", None)
+    assert (m.caffe_model, m.prototxt) == (str(project / "m.caffemodel"), str(project / "m.prototxt"))
+    assert m.model_file == m.caffe_model
 
 
 def test_model_type_onnx_needs_onnx_model(project):
