@@ -77,6 +77,8 @@ import numpy as np
 import onnx
 import yaml
 
+from bpuemu.common.compare import cosine_similarity as cosine
+
 WHEEL = "rapidocr-onnxruntime==1.4.4"
 CACHE = os.path.join(os.path.expanduser("~"), ".cache", "bpuemu-test-models")
 PADDLE_FILES = {"cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx", "det": "ch_PP-OCRv4_det_infer.onnx"}
@@ -239,12 +241,6 @@ def ort_quantize(prepared: str, out: str, feeds, method: str, per_channel: bool)
 
 
 # --- measuring ------------------------------------------------------------------------------------
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    from bpuemu.host.quant import cosine as c
-
-    return c(a, b)
-
 
 def held_out_cosines(case: Case, run_quantized: Callable[[np.ndarray], np.ndarray]) -> List[float]:
     """Per held-out page: the first output's cosine against the float model."""

@@ -22,7 +22,8 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
-from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.common.container import select_model
+from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.client import BoardClient, InferResult
 from bpuemu.board.runtime import LoadedModel, Runtime
@@ -109,15 +110,8 @@ class Backend:
         return list(self.models)
 
     def model(self, name: Optional[str] = None) -> ModelHandle:
-        if not name:
-            if len(self.models) != 1:
-                raise InvalidInput(f"the model files hold {len(self.models)} models ({', '.join(self.models)}); choose one",
-                                   hint="pass --model_name NAME")
-            return next(iter(self.models.values()))
-        try:
-            return self.models[name]
-        except KeyError:
-            raise NotFound(f"model '{name}' is not in the given model files; they hold: {', '.join(self.models)}") from None
+        """The model called ``name``; with no name, the only one (NotFound otherwise)."""
+        return select_model(self.models, name, "the given model files")
 
     def _add(self, handle: ModelHandle) -> None:
         if handle.name in self.models:

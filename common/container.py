@@ -23,7 +23,7 @@ import hashlib
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Union
+from typing import Dict, Iterable, List, Mapping, Optional, TypeVar, Union
 
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import IncompatibleVersion, InvalidModelFile, NotFound
@@ -55,20 +55,25 @@ class BinFile:
 
     def model(self, name: Optional[str] = None) -> model_pb2.Model:
         """The model called ``name``; with no name, the only model in the file."""
-        if not name:
-            if len(self.manifest.models) != 1:
-                raise NotFound(
-                    f"{self.source} holds {len(self.manifest.models)} models "
-                    f"({', '.join(self.model_names)}); choose one",
-                    hint="pass --model_name NAME",
-                )
-            return self.manifest.models[0]
-        try:
-            return self._by_name[name]
-        except KeyError:
-            raise NotFound(
-                f"model '{name}' is not in {self.source}; it holds: {', '.join(self.model_names)}"
-            ) from None
+        return select_model(self._by_name, name, self.source)
+
+
+T = TypeVar("T")
+
+
+def select_model(models: Mapping[str, T], name: Optional[str], where: str) -> T:
+    """The model called ``name`` among ``models`` (found in ``where``); with no
+    name, the only one. A name that is not there, or no name when there are
+    several, is a NotFound naming the models there are."""
+    names = ", ".join(models) or "none"
+    if not name:
+        if len(models) != 1:
+            raise NotFound(f"{len(models)} models in {where} ({names}); choose one by name")
+        return next(iter(models.values()))
+    try:
+        return models[name]
+    except KeyError:
+        raise NotFound(f"model '{name}' is not in {where} (models there: {names})") from None
 
 
 def sha256_hex(data: bytes) -> str:

@@ -20,7 +20,7 @@ by the model's HzPreprocess node (``yuv_to_rgb_affine``), and the inverse
 direction (``rgb_to_yuv444``, ``rgb_to_nv12``, ``image_to_rt``) writes the
 range the input declares.
 """
-from typing import Callable, Dict
+from typing import Callable, Dict, List, Sequence
 
 import numpy as np
 
@@ -200,13 +200,24 @@ def yuv444_to_nv12(yuv: np.ndarray) -> np.ndarray:
     return np.concatenate([yuv[..., 0].reshape(-1), np.clip(np.rint(uv), 0, 255).astype(np.uint8).reshape(-1)])
 
 
+#: Seed of the random inputs every tool feeds when given none, so that two tools
+#: (or a board and the simulator) given no inputs run the same data.
+RANDOM_SEED = 0
+
+
 def random_rt_input(spec: model_pb2.InputSpec, rng: np.random.Generator) -> np.ndarray:
-    """A random input in input_type_rt form (what perf feeds when given none)."""
+    """A random input in input_type_rt form: uint8 images, standard-normal featuremaps."""
     if spec.input_type_rt == "featuremap":
         return rng.standard_normal(tuple(spec.model_shape)).astype(spec.model_dtype or "float32")
     if spec.input_type_rt == "nv12":
         return rng.integers(0, 256, rt_byte_size(spec), dtype=np.uint8)
     return rng.integers(0, 256, rt_shape(spec), dtype=np.uint8)
+
+
+def random_rt_inputs(specs: Sequence[model_pb2.InputSpec], seed: int = RANDOM_SEED) -> List[np.ndarray]:
+    """One random input per spec, in model input order (what infer, perf and hb_verifier use without inputs)."""
+    rng = np.random.default_rng(seed)
+    return [random_rt_input(s, rng) for s in specs]
 
 
 def rgb_to_yuv444(rgb: np.ndarray, space: str = "regular") -> np.ndarray:

@@ -23,8 +23,9 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 import onnx
 
-from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.common.errors import InvalidInput
 from bpuemu.board.runtime.sessions import session_options
+from bpuemu.host.convert.onnx_file import load_onnx
 
 
 def _has_calibration_nodes(model: onnx.ModelProto) -> bool:
@@ -39,12 +40,7 @@ class HB_ONNXRuntime:  # noqa: N801 - the toolchain's public name
         if onnx_model is None:
             if not model_file:
                 raise InvalidInput("HB_ONNXRuntime needs model_file or onnx_model")
-            try:
-                onnx_model = onnx.load(model_file)
-            except FileNotFoundError:
-                raise NotFound(f"model file not found: {model_file}") from None
-            except Exception as exc:
-                raise InvalidInput(f"{model_file} is not a readable ONNX model: {exc}") from None
+            onnx_model = load_onnx(model_file)
         if _has_calibration_nodes(onnx_model):
             from bpuemu.host.quant import calibrated_to_fakequant
 

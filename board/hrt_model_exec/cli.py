@@ -155,11 +155,9 @@ def _open(model_file, board, token_file, ssh=None, tls=None):
 
 
 def _random_inputs(handle):
-    import numpy as np
-    from bpuemu.common.input_types import random_rt_input
+    from bpuemu.common.input_types import random_rt_inputs
 
-    rng = np.random.default_rng(0)
-    return [random_rt_input(s, rng) for s in handle.model.input_specs]
+    return random_rt_inputs(handle.model.input_specs)
 
 
 def _inputs(handle, input_file):
@@ -229,12 +227,8 @@ def infer(model_file, model_name, core_id, board, token_file, ssh, tls, input_fi
         h = be.model(model_name)
         inputs = _inputs(h, input_file)
         if not inputs:
-            import numpy as np
-            from bpuemu.common.input_types import random_rt_input
-
             click.echo("no --input_file given: using random inputs", err=True)
-            rng = np.random.default_rng(0)
-            inputs = [random_rt_input(s, rng) for s in h.model.input_specs]
+            inputs = _random_inputs(h)
         result = h.infer(inputs, frame_count=frame_count, dump_intermediate=dump_intermediate > 0)
         click.echo(infer_text(h.name, result.outputs, result.latency_ms))
         written = []

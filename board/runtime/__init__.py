@@ -14,8 +14,8 @@ never a second implementation.
 import os
 from typing import Dict, Iterable, List, Optional, Union
 
-from bpuemu.common.container import BinFile, read_bin
-from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.common.container import BinFile, read_bin, select_model
+from bpuemu.common.errors import InvalidInput
 from bpuemu.board.runtime.model import LoadedModel
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport, run_perf
 
@@ -50,14 +50,5 @@ class Runtime:
         return list(self.models)
 
     def model(self, name: Optional[str] = None) -> LoadedModel:
-        if not name:
-            if len(self.models) != 1:
-                raise InvalidInput(
-                    f"the model files hold {len(self.models)} models ({', '.join(self.models)}); choose one",
-                    hint="pass --model_name NAME",
-                )
-            return next(iter(self.models.values()))
-        try:
-            return self.models[name]
-        except KeyError:
-            raise NotFound(f"model '{name}' is not loaded; loaded: {', '.join(self.models) or 'none'}") from None
+        """The loaded model called ``name``; with no name, the only one (NotFound otherwise)."""
+        return select_model(self.models, name, "the loaded model files")

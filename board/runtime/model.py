@@ -12,6 +12,7 @@ import numpy as np
 
 from bpuemu.common.errors import InvalidInput, InvalidModelFile
 from bpuemu.common.input_types import to_model_input
+from bpuemu.common.numerics import Dequantizer
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.runtime.profiler import FrameTimes
 from bpuemu.board.runtime.sessions import session_from_bytes
@@ -59,27 +60,10 @@ class DequantizeStep(Step):
 
     def __init__(self, spec):
         super().__init__(spec)
-        self.scale = np.asarray(spec.scale, dtype=np.float32)
-        self.zero_point = np.asarray(spec.zero_point or [0], dtype=np.int32)
-        self.axis = spec.axis
-        self._by_rank = {}  # tensor rank -> (scale, zero point) shaped to broadcast; built once per rank
-
-    def _params(self, ndim: int):
-        params = self._by_rank.get(ndim)
-        if params is None:
-            scale, zp = self.scale, self.zero_point
-            if scale.size > 1:  # per-axis: broadcast along the quantize axis
-                shape = [1] * ndim
-                shape[self.axis] = scale.size
-                scale = scale.reshape(shape)
-                zp = zp.reshape(shape) if zp.size > 1 else zp
-            params = self._by_rank[ndim] = (scale, zp)
-        return params
+        self.dequantize = Dequantizer(spec.scale, spec.zero_point, spec.axis)
 
     def run(self, tensors):
-        q = tensors[self.inputs[0]]
-        scale, zp = self._params(q.ndim)
-        tensors[self.outputs[0]] = (q.astype(np.int32) - zp).astype(np.float32) * scale
+        tensors[self.outputs[0]] = self.dequantize(tensors[self.inputs[0]])
 
 
 class LayoutConvertStep(Step):

@@ -26,10 +26,11 @@ import onnx
 
 from bpuemu.common.atomic import Staging, atomic_output, checkpoint
 from bpuemu.common.container import write_bin
-from bpuemu.common.errors import BpuEmuError, InvalidInput, NotFound
+from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
+from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.convert.optimizer import optimize
 from bpuemu.host.convert.preprocess import InputPreprocess, insert_preprocess
 
@@ -113,13 +114,8 @@ def load_float_model(path, inputs: Sequence[JobInput], output_nodes: Sequence[st
     """``path``: an ONNX file, or an already loaded ModelProto."""
     if isinstance(path, onnx.ModelProto):
         model, path = path, path.graph.name or "the model"
-    elif not os.path.isfile(path):
-        raise NotFound(f"onnx_model not found: {path}")
     else:
-        try:
-            model = onnx.load(path)
-        except Exception as exc:  # onnx raises DecodeError and others
-            raise InvalidInput(f"{path} is not a readable ONNX model: {type(exc).__name__}: {exc}") from None
+        model = load_onnx(path, "onnx_model")
     by_name = {i.name: i for i in model.graph.input}
     inits = {t.name for t in model.graph.initializer}
     real = [i.name for i in model.graph.input if i.name not in inits]

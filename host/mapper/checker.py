@@ -6,13 +6,13 @@ optimized model on the BPU or the CPU and reports the Node / ON / Subgraph /
 Type table with a reason for each CPU node.
 """
 import logging
-import os
 from dataclasses import dataclass
-from typing import Dict, List, Sequence, Tuple
+from typing import Dict, List, Tuple
 
 import onnx
 
-from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.common.errors import InvalidInput
+from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.convert.optimizer import default_opset, optimize
 from bpuemu.host.compiler.placement import Placement, place
 
@@ -46,12 +46,7 @@ def parse_shape(text: str) -> Tuple[int, ...]:
 
 
 def load_and_fix_inputs(path: str, input_shapes: Dict[str, Tuple[int, ...]]) -> Tuple[onnx.ModelProto, List[str]]:
-    if not os.path.isfile(path):
-        raise NotFound(f"model file not found: {path}")
-    try:
-        model = onnx.load(path)
-    except Exception as exc:
-        raise CheckError(f"{path} is not a readable ONNX model: {type(exc).__name__}") from None
+    model = load_onnx(path)
     return fix_inputs(model, input_shapes)
 
 

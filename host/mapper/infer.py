@@ -15,6 +15,7 @@ import onnx
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.convert.caldata import CalInput, read_sample, to_model_inputs
+from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.convert.pipeline import JobInput, input_spec
 from bpuemu.host.hb_onnxruntime import HB_ONNXRuntime
 from bpuemu.host.mapper.makertbin import float_inputs, job_from_config
@@ -65,7 +66,7 @@ def run_infer(config_path: str, model_file: str, image_files: Sequence[Tuple[str
         specs.append(input_spec(ji))
     trains = {ji.pre.name: (ji.pre.input_type_train, ji.pre.input_layout_train) for ji in job.inputs}
     feed = to_model_inputs(sample, specs, trains)
-    model = onnx.load(model_file)
+    model = load_onnx(model_file)
     if cfg.model.layer_out_dump:
         model = with_layer_outputs(model)
     sess = HB_ONNXRuntime(onnx_model=model)

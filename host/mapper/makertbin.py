@@ -5,10 +5,11 @@ from typing import Dict, List, Optional, Sequence, Tuple
 
 import onnx
 
-from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput
+from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.convert.pipeline import Artifacts, ConvertJob, JobInput, run
 from bpuemu.host.convert.preprocess import InputPreprocess
 
@@ -19,12 +20,7 @@ FAST_PERF_PREFIX_SUFFIX = ""
 
 def model_inputs(path: str) -> List[Tuple[str, List[Optional[int]]]]:
     """(name, shape) of a float model's inputs, dynamic dims as None."""
-    if not os.path.isfile(path):
-        raise NotFound(f"onnx_model not found: {path}")
-    try:
-        m = onnx.load(path, load_external_data=False)
-    except Exception as exc:
-        raise InvalidInput(f"{path} is not a readable ONNX model: {type(exc).__name__}") from None
+    m = load_onnx(path, "onnx_model", load_external_data=False)
     inits = {t.name for t in m.graph.initializer}
     return [(i.name, [d.dim_value if d.dim_value > 0 else None for d in i.type.tensor_type.shape.dim])
             for i in m.graph.input if i.name not in inits]

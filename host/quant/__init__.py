@@ -42,7 +42,8 @@ from bpuemu.host.quant.api import (
 )
 from bpuemu.host.quant.calibrators import THRESHOLD_METHODS, Calibration, Method, kl_threshold, max_threshold
 from bpuemu.host.quant.emit import CALIBRATION_OP, HORIZON_DOMAIN, calibrated_to_fakequant, calibration_nodes
-from bpuemu.host.quant.graph import cosine, strip_qdq
+from bpuemu.common.compare import cosine_similarity as cosine
+from bpuemu.host.quant.graph import strip_qdq
 from bpuemu.host.quant.marking import OP_QUANTIZERS, QuantPlan
 from bpuemu.host.quant.options import CALIBRATION_TYPES, Int16Spec, QuantOptions
 from bpuemu.host.quant.params import Candidate, QuantParams, TensorQuant, WeightQuant

@@ -11,7 +11,9 @@ from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 import numpy as np
 import onnx
 
+from bpuemu.common.compare import cosine_similarity as cosine
 from bpuemu.common.errors import InvalidInput
+from bpuemu.common.numerics import dequantize
 from bpuemu.host.quant import search
 from bpuemu.host.quant.calibrators import (
     MAX, Calibration, Method, ThresholdCache, group_params, needs_histogram, percentile_method,
@@ -19,7 +21,7 @@ from bpuemu.host.quant.calibrators import (
 from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
 from bpuemu.host.quant.graph import (
     DQ, INT16_OPSET, MIN_OPSET, Q, GraphIndex, LoadedQuant, LoadedWeight, constants_to_initializers, convert_opset,
-    cosine, default_opset, feed_for, float_outputs, has_qdq, name_nodes, prepare_model, session, strip_qdq, with_outputs,
+    default_opset, feed_for, float_outputs, has_qdq, name_nodes, prepare_model, session, strip_qdq, with_outputs,
 )
 from bpuemu.host.quant.marking import QuantPlan, build_plan
 from bpuemu.host.quant.options import Int16Spec, QuantOptions
@@ -376,14 +378,8 @@ def _dequantized_name(qidx: GraphIndex, tensor: str):
 
 
 def _dequantize(qidx: GraphIndex, q: onnx.NodeProto, x: np.ndarray) -> np.ndarray:
-    scale = qidx.const(q.input[1]).astype(np.float32)
-    zp = qidx.const(q.input[2]).astype(np.int32) if len(q.input) > 2 and q.input[2] else np.zeros_like(scale, np.int32)
-    if scale.size > 1:
-        axis = next((a.i for a in q.attribute if a.name == "axis"), 1)
-        shape = [1] * x.ndim
-        shape[axis] = scale.size
-        scale, zp = scale.reshape(shape), zp.reshape(shape)
-    return (x.astype(np.int32) - zp).astype(np.float32) * scale
+    zp = qidx.const(q.input[2]) if len(q.input) > 2 and q.input[2] else None
+    return dequantize(x, qidx.const(q.input[1]), zp, next((a.i for a in q.attribute if a.name == "axis"), 1))
 
 
 @dataclass

@@ -15,6 +15,7 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
+from bpuemu.common.numerics import dequantize
 
 log = logging.getLogger("bpuemu.host.quant")
 
@@ -213,11 +214,7 @@ def strip_qdq(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[str, Loaded
         scale, zp, axis = params(n)
         if src in idx.inits:
             q = idx.const(src)
-            shape = [1] * q.ndim
-            if axis is not None:
-                shape[axis % q.ndim] = scale.size
-            value = ((q.astype(np.float64) - zp.astype(np.float64).reshape(shape if zp.size > 1 else ())) *
-                     scale.reshape(shape if scale.size > 1 else ())).astype(np.float32)
+            value = dequantize(q, scale, zp, axis if axis is not None else 1)
             base = src[: -len("_quantized")] if src.endswith("_quantized") else n.output[0]
             if base != n.output[0] and base in names_in_use:
                 base = n.output[0]
@@ -338,20 +335,6 @@ def with_outputs(model: onnx.ModelProto, tensors: Iterable[str], infos: Optional
         m.graph.output.append(helper.make_tensor_value_info(t, elem, None))
         have.add(t)
     return m
-
-
-def cosine(a: np.ndarray, b: np.ndarray) -> float:
-    """Cosine similarity of two tensors; 1.0 when both are all zeros, 0.0 when one is."""
-    a = np.asarray(a).reshape(-1)
-    b = np.asarray(b).reshape(-1)
-    # einsum, not np.dot/np.linalg.norm: BLAS threads fight onnxruntime's for the cores (up to
-    # 100x slower on a busy 2-core machine); it also sums in float64 without float64 copies.
-    aa, bb, ab = (np.einsum("i,i->", x, y, dtype=np.float64) for x, y in ((a, a), (b, b), (a, b)))
-    if aa == 0 and bb == 0:
-        return 1.0
-    if aa == 0 or bb == 0:
-        return 0.0
-    return float(np.clip(ab / (np.sqrt(aa) * np.sqrt(bb)), -1.0, 1.0))
 
 
 def float_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> List[List[np.ndarray]]:

@@ -36,7 +36,8 @@ import onnx
 
 from bpuemu.host.quant.calibrators import KL, MAX, Calibration, Method, ThresholdCache, activation_params, percentile_method
 from bpuemu.host.quant.emit import calibrated_to_fakequant, calibration_nodes, emit_calibrated, emit_quantized
-from bpuemu.host.quant.graph import GraphIndex, cosine, feed_for, float_outputs, session, with_outputs
+from bpuemu.common.compare import cosine_similarity as cosine
+from bpuemu.host.quant.graph import GraphIndex, feed_for, float_outputs, session, with_outputs
 from bpuemu.host.quant.marking import QuantPlan
 from bpuemu.host.quant.params import Candidate, TensorQuant, WeightQuant
 

@@ -31,6 +31,7 @@ import numpy as np
 from bpuemu.common.compare import DEFAULT_DIGITS, TensorComparison, compare_tensors
 from bpuemu.common.container import read_bin
 from bpuemu.common.errors import InvalidInput
+from bpuemu.common.numerics import dequantize
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.backends import LocalBackend, Platform, SshOptions, local_platform, open_backend
 from bpuemu.host.verifier.inputs import load_inputs, random_inputs
@@ -116,14 +117,7 @@ def check_deleted_nodes(model: model_pb2.Model) -> None:
 
 def dequantize_removed(arr: np.ndarray, props: model_pb2.TensorProperties) -> np.ndarray:
     """An integer output whose Dequantize was removed, brought back to float as quanti.onnx computes it."""
-    scale = np.asarray(props.scale_data, dtype=np.float32)
-    zp = np.asarray(props.zero_point_data or [0], dtype=np.int32)
-    if scale.size > 1:
-        shape = [1] * arr.ndim
-        shape[props.quantize_axis] = scale.size
-        scale = scale.reshape(shape)
-        zp = zp.reshape(shape) if zp.size > 1 else zp
-    return (arr.astype(np.int32) - zp).astype(np.float32) * scale
+    return dequantize(arr, props.scale_data, props.zero_point_data, props.quantize_axis)
 
 
 def plan_order(model: model_pb2.Model) -> Tuple[List[str], Dict[str, model_pb2.PlanStep]]:

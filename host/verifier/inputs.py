@@ -17,7 +17,7 @@ from typing import List, Optional, Sequence, Tuple
 import numpy as np
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.common.input_types import random_rt_input
+from bpuemu.common.input_types import random_rt_inputs
 from bpuemu.common.proto import model_pb2
 
 SUFFIXES = (".jpg", ".jpeg", ".png", ".bin", ".npy")
@@ -83,5 +83,5 @@ def load_inputs(value: str, specs: Sequence[model_pb2.InputSpec]) -> List[Verify
 
 def random_inputs(specs: Sequence[model_pb2.InputSpec], seed: int = 0) -> List[VerifyInput]:
     """Random images (uint8 in input_type_rt form) or featuremaps (standard normal)."""
-    rng = np.random.default_rng(seed)
-    return [VerifyInput(s.name, random_rt_input(s, rng), f"random {s.input_type_rt} (seed {seed})") for s in specs]
+    return [VerifyInput(s.name, x, f"random {s.input_type_rt} (seed {seed})")
+            for s, x in zip(specs, random_rt_inputs(specs, seed))]

@@ -38,16 +38,9 @@ class QuantiGraph:
     """The quanti.onnx graph facts the verifier needs: inputs, outputs, producers, order."""
 
     def __init__(self, path: str):
-        import onnx
+        from bpuemu.host.convert.onnx_file import load_onnx
 
-        try:
-            self.model = onnx.load(path)
-        except FileNotFoundError:
-            from bpuemu.common.errors import NotFound
-
-            raise NotFound(f"quantized model not found: {path}") from None
-        except Exception as exc:  # onnx raises DecodeError and friends
-            raise InvalidInput(f"{path} is not a readable ONNX model: {exc}") from None
+        self.model = load_onnx(path, "quantized model")
         g = self.model.graph
         inits = {t.name for t in g.initializer}
         self.inputs = [i.name for i in g.input if i.name not in inits]

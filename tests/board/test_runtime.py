@@ -333,9 +333,9 @@ def test_runtime_loads_several_files_and_binfiles(cpu_middle, tmp_path, sample_i
     assert rt.model_names == ["cpu_middle", "other"]
     assert rt.model("other").name == "other"
     assert len(rt.files) == 2
-    with pytest.raises(InvalidInput, match="choose one"):
+    with pytest.raises(NotFound, match="choose one"):
         rt.model()
-    with pytest.raises(NotFound, match="'nope' is not loaded"):
+    with pytest.raises(NotFound, match="'nope' is not in"):
         rt.model("nope")
     with pytest.raises(InvalidInput, match="appears twice"):
         rt.load([cpu_middle.path])

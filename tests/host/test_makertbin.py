@@ -228,6 +228,20 @@ def test_hb_mapper_infer_writes_float_bins(tmp_path):
     assert out.shape == (10,) and abs(out.sum() - 1) < 1e-3
 
 
+@pytest.mark.parametrize("model_file, message", [
+    ("missing.onnx", "model file not found: "),
+    ("cal", "is a directory, not an ONNX model"),
+    ("cal/0000.bin", "is not a readable ONNX model"),
+])
+def test_hb_mapper_infer_bad_model_file_is_one_line(tmp_path, model_file, message):
+    cfg, _ = sample_project(tmp_path, "rgb", "NHWC", samples=1)
+    run = _mapper(["infer", "--config", cfg, "--model-file", str(tmp_path / model_file), "--model-type", "onnx",
+                   "--image-file", "data", str(tmp_path / "cal" / "0000.bin"), "--output-dir", str(tmp_path / "inf")],
+                  tmp_path)
+    assert run.returncode != 0 and "Traceback" not in run.stderr and "internal error" not in run.stderr
+    assert message in run.stderr
+
+
 def test_remove_node_type_in_the_yaml_strips_the_tail(tmp_path):
     import yaml
 
