@@ -24,6 +24,10 @@ Tool", Output Description), defined precisely here:
 Tensors are compared element by element in C order over their common prefix,
 the way the tool compares result files line by line. Cosine similarity, MSE and
 the largest error in LSBs are reported alongside.
+
+``METRICS`` holds the accuracy debugger's measures by the names users type
+(``cosine-similarity``, ``mse``, ``mre``, ``sqnr``, ``chebyshev``), each with
+the direction that is better.
 """
 from dataclasses import asdict, dataclass
 from typing import Dict, Iterable, List, Optional, Sequence
@@ -76,6 +80,65 @@ def max_abs_error(a, b) -> float:
     d = np.abs(x - y)
     d = d[~np.isnan(d)]
     return float(d.max()) if d.size else 0.0
+
+
+def mre(a, b) -> float:
+    """Mean relative error of ``b`` against the reference ``a``: sum|a - b| / sum|a|
+    (0 when both are all zeros, inf when only the reference is)."""
+    x, y = _flat_pair(a, b)
+    ok = ~(np.isnan(x) | np.isnan(y))
+    err, ref = float(np.abs(x[ok] - y[ok]).sum()), float(np.abs(x[ok]).sum())
+    if ref == 0.0:
+        return 0.0 if err == 0.0 else float("inf")
+    return err / ref
+
+
+#: SQNR reported for identical tensors (no noise): a finite ceiling, so tables and plots stay readable.
+SQNR_IDENTICAL_DB = 200.0
+
+
+def sqnr(a, b) -> float:
+    """Signal-to-quantization-noise ratio in dB of ``b`` against the reference ``a``:
+    10 log10(sum a^2 / sum (a - b)^2); ``SQNR_IDENTICAL_DB`` when they are equal."""
+    x, y = _flat_pair(a, b)
+    ok = ~(np.isnan(x) | np.isnan(y))
+    signal, noise = float(np.square(x[ok]).sum()), float(np.square(x[ok] - y[ok]).sum())
+    if noise == 0.0:
+        return SQNR_IDENTICAL_DB
+    if signal == 0.0:
+        return -SQNR_IDENTICAL_DB
+    return min(SQNR_IDENTICAL_DB, 10.0 * float(np.log10(signal / noise)))
+
+
+def chebyshev(a, b) -> float:
+    """Chebyshev distance: the largest |a - b| (NaNs skipped)."""
+    return max_abs_error(a, b)
+
+
+@dataclass(frozen=True)
+class Metric:
+    """A named error measure of a tensor against its reference, and which way is better."""
+
+    name: str
+    fn: object
+    higher_is_better: bool
+
+    def __call__(self, reference, value) -> float:
+        return self.fn(reference, value)
+
+    def worst_first(self, values: Dict[str, float]) -> List[str]:
+        """Keys of ``values`` from the worst figure to the best (stable for ties)."""
+        return sorted(values, key=lambda k: values[k], reverse=not self.higher_is_better)
+
+
+#: The accuracy debugger's metrics (ptq_guide, "Accuracy Debug Tool"), by the names users type.
+METRICS: Dict[str, Metric] = {
+    "cosine-similarity": Metric("cosine-similarity", cosine_similarity, True),
+    "mse": Metric("mse", mse, False),
+    "mre": Metric("mre", mre, False),
+    "sqnr": Metric("sqnr", sqnr, True),
+    "chebyshev": Metric("chebyshev", chebyshev, False),
+}
 
 
 def broadcast_scale(scale: Sequence[float], shape: Sequence[int], axis: int = -1) -> np.ndarray:

@@ -270,6 +270,7 @@ def _convert(job: ConvertJob, out_dir: str):
         if c < 0.99:
             log.warning("output %s has cosine similarity %.4f < 0.99: expect an accuracy loss "
                         "(try calibration_type / per_channel, node_info int16, or run_on_cpu on the tail)", name, c)
+    _report_joins(optimized, quantized, eval_feeds)
 
     checkpoint("makertbin:compiling")
     model, blobs, _ = compile_for_board(
@@ -290,6 +291,21 @@ def _convert(job: ConvertJob, out_dir: str):
         log.warning("no static performance estimate: %s", exc)
     sha = write_bin(paths["bin"], [model], blobs)
     return sha, cosines, table, out_cos
+
+
+def _report_joins(optimized: onnx.ModelProto, quantized: onnx.ModelProto, feeds) -> None:
+    """Outputs fed by a Concat, part by part: one cosine over a whole output can hide a
+    collapsed part (bpuemu.host.quant.joins); one WARNING per join of mismatched ranges."""
+    from bpuemu.host.quant.graph import has_qdq, prepare_model
+    from bpuemu.host.quant.joins import check_joins
+
+    if has_qdq(optimized):
+        return  # a QAT model: its ranges are its own
+    for finding in check_joins(prepare_model(optimized), quantized, feeds):
+        for line in finding.report_lines():
+            log.info(line)
+        if finding.collapsed:
+            log.warning(finding.warning())
 
 
 def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[str]):

@@ -286,12 +286,15 @@ def calibration_nodes(model: onnx.ModelProto) -> List[onnx.NodeProto]:
     return [n for n in model.graph.node if n.op_type == CALIBRATION_OP]
 
 
-def calibrated_to_fakequant(model: onnx.ModelProto, enabled: Optional[Collection[str]] = None) -> onnx.ModelProto:
+def calibrated_to_fakequant(model: onnx.ModelProto, enabled: Optional[Collection[str]] = None,
+                            keep_names: bool = False) -> onnx.ModelProto:
     """Replace HzCalibration nodes by QuantizeLinear + DequantizeLinear.
 
     ``enabled``: names of the calibration nodes to keep quantizing (default:
     all); the others are bypassed, so the float value flows through (what the
-    accuracy debugger toggles).
+    accuracy debugger toggles). With ``keep_names`` a bypassed node becomes an
+    Identity, so every tensor name of the calibrated model exists in every
+    variant (the debugger compares tensors by name across variants).
     """
     m = copy.deepcopy(model)
     g = m.graph
@@ -307,7 +310,7 @@ def calibrated_to_fakequant(model: onnx.ModelProto, enabled: Optional[Collection
             nodes.append(n)
             continue
         if enabled_set is not None and n.name not in enabled_set:
-            if n.output[0] in outputs:
+            if n.output[0] in outputs or keep_names:
                 nodes.append(helper.make_node("Identity", [n.input[0]], [n.output[0]], name=n.name))
             else:
                 bypass[n.output[0]] = n.input[0]

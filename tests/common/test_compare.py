@@ -119,3 +119,20 @@ def test_first_divergence_follows_the_given_order():
     assert first_divergence(["in", "conv1"], a, b) is None
     del b["out"]  # only tensors both sides hold are compared
     assert first_divergence(order, a, b) is None
+
+
+def test_debugger_metrics_on_known_values():
+    from bpuemu.common.compare import METRICS, SQNR_IDENTICAL_DB, chebyshev, mre, sqnr
+
+    a = np.array([1.0, -2.0, 3.0, 0.0])
+    b = np.array([1.5, -2.0, 2.0, 0.5])
+    assert mre(a, b) == pytest.approx((0.5 + 0 + 1 + 0.5) / 6)
+    assert sqnr(a, b) == pytest.approx(10 * np.log10(14 / 1.5))
+    assert chebyshev(a, b) == 1.0
+    assert sqnr(a, a) == SQNR_IDENTICAL_DB and mre(a, a) == 0.0
+    assert mre(np.zeros(3), np.ones(3)) == float("inf")
+    assert set(METRICS) == {"cosine-similarity", "mse", "mre", "sqnr", "chebyshev"}
+    # worst first: low cosine / sqnr, high mse / mre / chebyshev
+    vals = {"x": 0.9, "y": 0.5, "z": 0.99}
+    assert METRICS["cosine-similarity"].worst_first(vals) == ["y", "x", "z"]
+    assert METRICS["mse"].worst_first(vals) == ["z", "x", "y"]

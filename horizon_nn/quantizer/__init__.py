@@ -1,0 +1,1 @@
+"""horizon_nn.quantizer: holds only the ``debugger`` alias."""

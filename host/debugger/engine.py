@@ -1,0 +1,107 @@
+"""Running partially quantized versions of a calibrated model against the float one.
+
+A *candidate* is a set of enabled calibration nodes: those quantize (a
+QuantizeLinear + DequantizeLinear pair), the others pass the float value
+through (``calibrated_to_fakequant``). The float model is the candidate with
+nothing enabled.
+
+Cost rules (a 100-node model and 10 samples must take seconds, not minutes):
+the float model runs once per sample and its tensors are kept; each candidate
+gets one onnxruntime InferenceSession (the board runtime's session options,
+QDQ fusion off), which then runs every sample.
+"""
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+from tqdm import tqdm
+
+from bpuemu.common.compare import METRICS, Metric
+from bpuemu.common.errors import InvalidInput
+from bpuemu.host.debugger.data import CalibratedModel, Sample
+from bpuemu.host.quant.graph import feed_for, session, with_outputs
+
+
+def resolve_metrics(metrics) -> List[Metric]:
+    """A metric name or list of names -> Metric objects; one clear error for an unknown name."""
+    names = [metrics] if isinstance(metrics, str) else list(metrics or ["cosine-similarity"])
+    if not names:
+        names = ["cosine-similarity"]
+    out = []
+    for m in names:
+        if m not in METRICS:
+            raise InvalidInput(f"unknown metric '{m}'; choose from {', '.join(METRICS)}")
+        out.append(METRICS[m])
+    return out
+
+
+def progress(iterable, desc: str, total: Optional[int] = None):
+    """A tqdm bar on stderr that disappears when done (long loops over nodes or samples)."""
+    return tqdm(iterable, desc=desc, total=total, leave=False, unit="model" if "candidate" in desc else "it",
+                dynamic_ncols=True)
+
+
+class Evaluator:
+    """Scores candidates on fixed samples, comparing ``tensors`` (default: the model outputs)."""
+
+    def __init__(self, cm: CalibratedModel, samples: Sequence[Sample], tensors: Optional[Sequence[str]] = None):
+        self.cm = cm
+        self.samples = list(samples)
+        self.tensors = list(tensors) if tensors else list(cm.outputs)
+        float_sess = self.session(())
+        self.reference: List[List[np.ndarray]] = [
+            float_sess.run(self.tensors, feed_for(float_sess, s)) for s in progress(self.samples, "float model runs")]
+        del float_sess
+
+    def session(self, enabled: Optional[Sequence[str]]):
+        model = self.cm.fakequant(enabled)
+        if set(self.tensors) - set(self.cm.outputs):
+            model = with_outputs(model, self.tensors, self.cm.infos)
+        return session(model)
+
+    def outputs(self, enabled: Optional[Sequence[str]]) -> List[List[np.ndarray]]:
+        sess = self.session(enabled)
+        return [sess.run(self.tensors, feed_for(sess, s)) for s in self.samples]
+
+    def score(self, enabled: Optional[Sequence[str]], metrics: Sequence[Metric]) -> Dict[str, float]:
+        """Per metric: averaged over samples per compared tensor, then the worst tensor's figure
+        (one broken output must not hide behind good ones)."""
+        got = self.outputs(enabled)
+        out = {}
+        for m in metrics:
+            per_tensor = [float(np.mean([m(ref[k], g[k]) for ref, g in zip(self.reference, got)]))
+                          for k in range(len(self.tensors))]
+            out[m.name] = min(per_tensor) if m.higher_is_better else max(per_tensor)
+        return out
+
+
+def all_but(cm: CalibratedModel, disabled: Sequence[str]) -> List[str]:
+    """Every calibration node except ``disabled`` (a candidate that keeps those float)."""
+    off = set(disabled)
+    return [c for c in cm.calibrations if c not in off]
+
+
+def node_tensors(cm: CalibratedModel) -> List[tuple]:
+    """(node, tensor) for every ordinary node whose (observed) first output is a float tensor,
+    in topological order: the x-axis of the cumulative error curves."""
+    return [(n.name, cm.observed[n.name]) for n in cm.ordinary
+            if n.name in cm.observed and cm.is_float(cm.observed[n.name])]
+
+
+def tensor_curves(cm: CalibratedModel, samples: Sequence[Sample], candidates: Dict[str, Optional[Sequence[str]]],
+                  metric: Metric) -> Dict[str, Dict[str, float]]:
+    """For each candidate: node -> the metric of that node's output against the float model's,
+    averaged over samples. The float model runs once per sample; each candidate has one session."""
+    pairs = node_tensors(cm)
+    tensors = list(dict.fromkeys(t for _, t in pairs))
+    float_sess = session(with_outputs(cm.fakequant(()), tensors, cm.infos))
+    sessions = {label: session(with_outputs(cm.fakequant(enabled), tensors, cm.infos))
+                for label, enabled in progress(candidates.items(), "candidate sessions", len(candidates))}
+    sums = {label: np.zeros(len(tensors)) for label in candidates}
+    for s in progress(samples, "samples"):
+        ref = float_sess.run(tensors, feed_for(float_sess, s))
+        for label, sess in sessions.items():
+            got = sess.run(tensors, feed_for(sess, s))
+            sums[label] += [metric(r, g) for r, g in zip(ref, got)]
+    pos = {t: i for i, t in enumerate(tensors)}
+    n = max(1, len(samples))
+    return {label: {node: float(sums[label][pos[t]] / n) for node, t in pairs} for label in candidates}

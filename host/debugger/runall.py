@@ -1,0 +1,237 @@
+"""runall: the seed's whole debugging workflow in one call, written to one folder with an index page.
+
+Steps (defaults as in the seed's "runall Workflow"):
+
+1-2. weight and activation calibration node sensitivity (and ordinary node
+     sensitivity, which steps 3 and 6 use), on ``data_num`` samples;
+3.   distributions of the top 5 weight and top 5 activation calibration nodes
+     (and of the top 5 ordinary nodes when node_type is 'node'), or of ``dis_nodes_list``;
+4.   channel-wise box plots of those calibration nodes, or of ``cw_nodes_list``;
+5.   cumulative error curves quantizing only weights / only activations, or
+     ``quantize_node`` / ``non_quantize_node``;
+6.   sensitivity analysis of the nodes below ``pick_threshold`` (at most
+     ``MAX_ANALYSED`` of them), or of ``sensitive_nodes``;
+7.   every model output fed by a Concat, part by part (bpuemu.host.quant.joins):
+     one cosine over a whole output can hide a collapsed part.
+
+Then a summary of what to try, most promising first, in ``summary.txt`` and
+``index.html`` (every table and figure on one page).
+"""
+import html
+import os
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence
+
+from bpuemu.common.compare import METRICS
+from bpuemu.host.debugger import acc_error, analysis, distribution
+from bpuemu.host.debugger.data import CalibratedModel, load_data, load_model
+from bpuemu.host.debugger.engine import Evaluator, resolve_metrics
+from bpuemu.host.debugger.sensitivity import candidates_for, output_tensors, rank, sensitivity_table
+from bpuemu.host.quant.joins import JoinFinding, check_joins
+
+TOP = 5
+MAX_ANALYSED = 10
+ACTIVE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
+DEFAULT_DIR = "./debug_result"
+
+
+@dataclass
+class RunallResult:
+    save_dir: str
+    sensitivity: Dict[str, Dict[str, Dict[str, float]]] = field(default_factory=dict)   # kind -> table
+    tables: Dict[str, str] = field(default_factory=dict)                                # title -> text
+    figures: Dict[str, str] = field(default_factory=dict)                               # caption -> PNG path
+    acc_error: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    analysis: Dict[str, Dict[str, float]] = field(default_factory=dict)
+    joins: List[JoinFinding] = field(default_factory=list)
+    advice: List[str] = field(default_factory=list)
+    seconds: float = 0.0
+
+
+def tail_nodes(cm: CalibratedModel) -> set:
+    """Ordinary nodes with no active (Conv/Gemm/MatMul) node after them: the run_on_cpu candidates."""
+    readers: Dict[str, List[str]] = {}
+    for n in cm.ordinary:
+        for i in n.input:
+            readers.setdefault(i, []).append(n.name)
+    calib_out = {c.input: c.output for c in cm.calibrations.values()}
+    tails = set()
+    for n in reversed(cm.ordinary):
+        nexts = []
+        for o in n.output:
+            for t in (o, calib_out.get(o)):
+                nexts += readers.get(t, []) if t else []
+        if all(cm.by_name[m].op_type not in ACTIVE_OPS and m in tails for m in nexts):
+            tails.add(n.name)
+    return tails
+
+
+def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> List[str]:
+    out = []
+    for f in res.joins:
+        if f.collapsed:
+            out.append(f.warning())
+    nodes = res.sensitivity.get("node", {})
+    cos = METRICS["cosine-similarity"].name
+    sensitive = [n for n, v in nodes.items() if cos in v and v[cos] < pick_threshold][:TOP]
+    if sensitive:
+        tails = tail_nodes(cm)
+        int16 = [n for n in sensitive if n not in tails]
+        cpu = [n for n in sensitive if n in tails]
+        if int16:
+            out.append("most quantization-sensitive nodes: " + ", ".join(f"{n} ({nodes[n][cos]:.5f})" for n in int16) +
+                       "; compute them in int16: node_info: {" +
+                       ", ".join(f"{n}: {{'InputType': 'int16', 'OutputType': 'int16'}}" for n in int16) + "}")
+        if cpu:
+            out.append("sensitive tail nodes (no Conv/Gemm/MatMul after them): " +
+                       ", ".join(f"{n} ({nodes[n][cos]:.5f})" for n in cpu) + "; run them on the CPU in float: node_info: {" +
+                       ", ".join(f"{n}: {{'ON': 'CPU'}}" for n in cpu) + "}")
+    ends = {k: list(v.values())[-1] for k, v in res.acc_error.items() if v}
+    if "weight" in ends and "activation" in ends:
+        worse = "activation" if ends["activation"] < ends["weight"] else "weight"
+        out.append(f"quantizing only weights ends at {ends['weight']:.5f}, only activations at {ends['activation']:.5f} "
+                   f"(last node, cosine-similarity if that is the metric): {worse} quantization costs more" +
+                   ("; try another calibration_type (kl, max with max_percentile) or int16 on the sensitive activations"
+                    if worse == "activation" else "; check the weight distributions above for outlier channels"))
+    cum = res.analysis.get("cumulative", {})
+    if len(cum) > 1:
+        keys = list(cum)
+        best = max(keys[1:], key=lambda k: cum[k])
+        k = keys.index(best)
+        out.append(f"keeping the {k} most sensitive node(s) up to {best} in float raises the output cosine from "
+                   f"{cum['none']:.5f} to {cum[best]:.5f} (sensitivity analysis)")
+    if not out:
+        out.append(f"no node is below pick_threshold {pick_threshold} and no output hides a collapsed part: "
+                   "quantization error is spread over many nodes; try calibration_type / per_channel settings")
+    return out
+
+
+def _write(path: str, text: str) -> str:
+    tmp = path + ".tmp"
+    with open(tmp, "w", encoding="utf-8") as f:
+        f.write(text)
+    os.replace(tmp, path)
+    return path
+
+
+def index_html(res: RunallResult, model: str) -> str:
+    esc = html.escape
+    parts = ["<!DOCTYPE html>", "<html><head><meta charset='utf-8'><title>hmct-debugger runall</title>",
+             "<style>body{font-family:sans-serif;margin:20px;max-width:1400px}pre{background:#f4f4f4;padding:8px;"
+             "overflow-x:auto;font-size:12px}img{max-width:100%;border:1px solid #ccc}figure{margin:16px 0}"
+             "li{margin:6px 0}.warn{color:#a00}</style></head><body>",
+             f"<h1>hmct-debugger runall</h1><p>model: <code>{esc(model)}</code>; {res.seconds:.1f} s</p>",
+             "<h2>Summary: what to try</h2><ol>"]
+    parts += [f"<li class='{'warn' if 'Remedy' in a else ''}'>{esc(a)}</li>" for a in res.advice]
+    parts.append("</ol>")
+    if res.joins:
+        parts.append("<h2>Outputs fed by a Concat, part by part</h2><pre>" +
+                     esc("\n".join(line for f in res.joins for line in f.report_lines())) + "</pre>")
+    for title, text in res.tables.items():
+        parts.append(f"<h2>{esc(title)}</h2><pre>{esc(text)}</pre>")
+    parts.append("<h2>Figures</h2>")
+    for caption, path in res.figures.items():
+        rel = os.path.relpath(path, res.save_dir)
+        parts.append(f"<figure><img src='{esc(rel)}' alt='{esc(caption)}'><figcaption>{esc(caption)}</figcaption></figure>")
+    parts.append("</body></html>")
+    return "\n".join(parts)
+
+
+def _top(result: Dict[str, Dict[str, float]]) -> List[str]:
+    return list(result)[:TOP]
+
+
+def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = None, ns_metrics="cosine-similarity",
+           output_node: Optional[str] = None, node_type: str = "node", data_num: Optional[int] = None,
+           verbose: bool = False, interested_nodes: Optional[Sequence[str]] = None,
+           dis_nodes_list: Optional[Sequence[str]] = None, cw_nodes_list: Optional[Sequence[str]] = None,
+           axis: Optional[int] = None, quantize_node=None, non_quantize_node=None, ae_metric: str = "cosine-similarity",
+           average_mode: bool = False, pick_threshold: float = 0.999,
+           sensitive_nodes: Optional[Sequence[str]] = None) -> RunallResult:
+    """Run every analysis; writes tables, PNGs, summary.txt and index.html into ``save_dir``
+    (default ./debug_result)."""
+    t0 = time.time()
+    cm = load_model(model_or_file)
+    metrics = resolve_metrics(ns_metrics)
+    resolve_metrics(ae_metric)
+    data = load_data(calibrated_data, cm)
+    samples = data.first(data_num)
+    for names, what in ((interested_nodes, "interested node"), (dis_nodes_list, "dis_nodes_list node"),
+                        (sensitive_nodes, "sensitive node")):
+        if names:
+            cm.check_names(names, what)
+    if cw_nodes_list:
+        cm.check_names(cw_nodes_list, "cw_nodes_list node", calibration_only=True)
+    save_dir = save_dir or DEFAULT_DIR
+    os.makedirs(save_dir, exist_ok=True)
+    res = RunallResult(save_dir)
+    cos = METRICS["cosine-similarity"]
+    with_cos = metrics + ([cos] if cos not in metrics else [])
+
+    # Steps 1-2 (and node sensitivity for steps 3 and 6): one float run per sample for all of them.
+    ev = Evaluator(cm, samples, output_tensors(cm, output_node))
+    kinds = ["node"] if interested_nodes else ["weight", "activation", "node"]
+    for kind in kinds:
+        cands = candidates_for(cm, kind, interested_nodes)
+        full = rank(cm, samples, with_cos if kind == "node" else metrics, cands, evaluator=ev)
+        res.sensitivity[kind] = full
+        shown = {k: {m.name: v[m.name] for m in metrics} for k, v in full.items()}
+        text = sensitivity_table(cm, shown, kind if not interested_nodes else "node")
+        res.tables[f"{kind} sensitivity" if not interested_nodes else "interested node sensitivity"] = text
+        _write(os.path.join(save_dir, f"{kind}_sensitivity.txt"), text + "\n")
+        if verbose:
+            print(text, flush=True)
+
+    # Steps 3-4: distributions and channel-wise box plots.
+    if dis_nodes_list:
+        dis = list(dis_nodes_list)
+    else:
+        dis = _top(res.sensitivity.get("weight", {})) + _top(res.sensitivity.get("activation", {}))
+        if node_type == "node":
+            dis += _top(res.sensitivity.get("node", {}))
+    dis = list(dict.fromkeys(dis))
+    if dis:
+        for node, path in distribution.distributions(cm, samples, dis, save_dir).items():
+            res.figures[f"distribution of {node}"] = path
+    cw = list(cw_nodes_list) if cw_nodes_list else [n for n in dis if n in cm.calibrations]
+    if not cw_nodes_list and node_type == "node":
+        for n in _top(res.sensitivity.get("node", {})):
+            cw += cm.calibrations_of(n)
+    cw = list(dict.fromkeys(cw))
+    if cw:
+        for node, path in distribution.channelwise(cm, samples, cw, save_dir, axis).items():
+            res.figures[f"channel-wise distribution of {node}"] = path
+
+    # Step 5: cumulative error curves.
+    if quantize_node or non_quantize_node:
+        res.acc_error = acc_error.acc_error(cm, samples, quantize_node, non_quantize_node, ae_metric, average_mode,
+                                            save_dir, "acc_error.png")
+        res.figures["accumulate error"] = os.path.join(save_dir, "acc_error.png")
+    else:
+        res.acc_error = acc_error.acc_error(cm, samples, ["weight", "activation"], None, ae_metric, average_mode,
+                                            save_dir, "acc_error_weight_activation.png",
+                                            "accumulate error: only weights / only activations quantized")
+        res.figures["accumulate error, weights only vs activations only"] = os.path.join(
+            save_dir, "acc_error_weight_activation.png")
+
+    # Step 6: sensitivity analysis.
+    if sensitive_nodes:
+        picked = list(dict.fromkeys(sensitive_nodes))
+    else:
+        picked = analysis.pick_sensitive(res.sensitivity.get("node", {}), pick_threshold)[:MAX_ANALYSED]
+    if picked:
+        float_ev = ev if output_node is None else Evaluator(cm, samples)
+        res.analysis = analysis.analyse(cm, samples, picked, save_dir, float_ev)
+        res.figures["sensitivity analysis"] = os.path.join(save_dir, analysis.FILE)
+
+    # Step 7: outputs one cosine hides.
+    res.joins = check_joins(cm.fakequant(()), cm.fakequant(None), samples)
+    if res.joins:
+        _write(os.path.join(save_dir, "output_parts.txt"), "\n".join(l for f in res.joins for l in f.report_lines()) + "\n")
+
+    res.advice = _advice(cm, res, pick_threshold)
+    res.seconds = time.time() - t0
+    _write(os.path.join(save_dir, "summary.txt"), "\n".join(f"{i}. {a}" for i, a in enumerate(res.advice, 1)) + "\n")
+    _write(os.path.join(save_dir, "index.html"), index_html(res, cm.source))
+    return res
