@@ -2,8 +2,9 @@
 
 The source lives in ``common/``, ``board/`` and ``host/`` at the repository root
 (the layout users and reviewers navigate), while code imports it as
-``bpuemu.common``, ``bpuemu.board`` and ``bpuemu.host``; ``horizon_nn/`` is the
-seed's import path of the accuracy debugger, a thin alias. Metadata is in
+``bpuemu.common``, ``bpuemu.board`` and ``bpuemu.host``. ``aliases/`` holds
+thin top-level packages under the seeds' import paths (``horizon_nn``: the
+accuracy debugger). Metadata is in
 pyproject.toml; this file only computes the package list from the tree so a
 new subpackage needs no edit here. Every folder holding a ``.py`` file is a
 package, with or without ``__init__.py``, so a forgotten ``__init__.py`` can no
@@ -16,7 +17,7 @@ from setuptools import setup
 
 ROOTS = {"bpuemu.common": "common", "bpuemu.board": "board", "bpuemu.host": "host",
          # The seed's import path of the accuracy debugger (an alias of bpuemu.host.debugger).
-         "horizon_nn": "horizon_nn"}
+         "horizon_nn": "aliases/horizon_nn"}
 
 
 def _packages():
