@@ -34,6 +34,9 @@ from bpuemu.common.input_types import rt_byte_size, rt_shape
 from bpuemu.host.compiler.optable import BPU_OPS
 
 Kind = model_pb2.PlanStep
+#: compiler_parameters.input_source values -> the tensor properties' inputSource.
+INPUT_SOURCES = {"ddr": model_pb2.HB_DNN_INPUT_FROM_DDR, "pyramid": model_pb2.HB_DNN_INPUT_FROM_PYRAMID,
+                 "resizer": model_pb2.HB_DNN_INPUT_FROM_RESIZER}
 Q, DQ = "QuantizeLinear", "DequantizeLinear"
 
 
@@ -255,8 +258,13 @@ def compile_model(
     force_bpu: Sequence[str] = (),
     build_info: Optional[model_pb2.BuildInfo] = None,
     march: str = "bayes-e",
+    input_sources: Optional[Dict[str, str]] = None,
 ) -> CompiledModel:
-    """Partition ``quantized`` and build the `.bin` Model entry and its blobs."""
+    """Partition ``quantized`` and build the `.bin` Model entry and its blobs.
+
+    ``input_sources``: input name -> ddr | pyramid | resizer (compiler_parameters.input_source,
+    defaults filled in); an input it does not name gets pyramid for nv12, else ddr.
+    """
     g = _Graph(quantized)
     specs = list(input_specs) if input_specs is not None else featuremap_specs(quantized)
     spec_names = [s.plan_tensor for s in specs]
@@ -337,7 +345,8 @@ def compile_model(
             layout = LAYOUT.HB_DNN_LAYOUT_NCHW
         else:
             layout = LAYOUT.HB_DNN_LAYOUT_NHWC if spec.input_layout_rt == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NCHW
-        source = model_pb2.HB_DNN_INPUT_FROM_PYRAMID if spec.input_type_rt == "nv12" else model_pb2.HB_DNN_INPUT_FROM_DDR
+        source = (input_sources or {}).get(spec.name) or ("pyramid" if spec.input_type_rt == "nv12" else "ddr")
+        source = INPUT_SOURCES[source]
         model.inputs.append(
             make_properties(spec.name, rt_shape(spec), tt, layout, byte_size=rt_byte_size(spec), input_source=source)
         )

@@ -311,6 +311,9 @@ class _Builder:
                 "'asymmetric' cannot be set when calibration_type is default: the default search "
                 "decides on asymmetric quantization itself", group=_CAL, key="optimization",
                 hint="remove 'asymmetric', or set calibration_type to kl, max or mix")
+        if "lstm_batch_last" in values:
+            logger.warning("optimization lstm_batch_last: bpuemu has no LSTM operator on the BPU (LSTM runs on "
+                           "the CPU with its batch as given); the switch is ignored")
         int16 = [re.fullmatch(T.OPTIMIZATION_INT16_PATTERN, v) for v in values]
         return Optimization(
             values=values,
@@ -338,6 +341,7 @@ class _Builder:
         if core_num != T.X5_CORE_NUM:
             raise ConfigError(f"{core_num} is not supported: X5 supports only core_num {T.X5_CORE_NUM}",
                               group=_COMP, key="core_num", hint="X5 (bayes-e) runs a model on one BPU core")
+        self.warn_recorded_only()
         return CompilerParameters(
             compile_mode=mode,
             optimize_level=self.comp["optimize_level"],
@@ -349,6 +353,15 @@ class _Builder:
             jobs=self.comp.get("jobs"),
             advice=self.comp.get("advice"),
         )
+
+    def warn_recorded_only(self) -> None:
+        """Compiler keys that the .bin records (hbdk_pass_through_params) but bpuemu cannot act on."""
+        if self.comp.get("max_time_per_fc"):
+            logger.warning("max_time_per_fc %s: bpuemu's runtime runs every BPU function-call to completion and "
+                           "never preempts a model; the value is only recorded in the .bin", self.comp["max_time_per_fc"])
+        if self.comp.get("jobs") is not None:
+            logger.warning("jobs %s: bpuemu compiles a model in one process; the value is only recorded in the .bin",
+                           self.comp["jobs"])
 
     # custom_op
     def custom_op(self) -> Optional[CustomOpParameters]:

@@ -42,6 +42,8 @@ class JobInput:
     pre: InputPreprocess
     shape: Tuple[int, ...]               # input_shape in input_layout_train
     input_layout_rt: str = ""
+    #: compiler_parameters.input_source of this input (ddr | pyramid | resizer); "": by input_type_rt.
+    input_source: str = ""
     cal: Optional[CalInput] = None
 
 
@@ -66,6 +68,8 @@ class ConvertJob:
     remove_node_name: Sequence[str] = ()
     max_calibration_samples: int = 0
     debug_dump_calibration: bool = False
+    #: compiler_parameters.advice: log layers whose aligned computation exceeds theory by more (us); 0: off.
+    advice: int = 0
     build_info: model_pb2.BuildInfo = field(default_factory=model_pb2.BuildInfo)
 
 
@@ -276,7 +280,8 @@ def _convert(job: ConvertJob, out_dir: str):
     model, blobs, _ = compile_for_board(
         quantized, job.output_model_file_prefix, specs, working_dir=job.working_dir,
         force_cpu=placement.cpu_nodes, force_bpu=placement.bpu_nodes, build_info=job.build_info, march=job.march,
-        input_batch=job.input_batch, layer_out_dump=job.layer_out_dump, optimize_level=job.optimize_level)
+        input_batch=job.input_batch, layer_out_dump=job.layer_out_dump, optimize_level=job.optimize_level,
+        input_sources={ji.pre.name: ji.input_source for ji in job.inputs if ji.input_source})
     if job.remove_node_type or job.remove_node_name:
         from bpuemu.host.tools.modifier import modify
 
@@ -284,9 +289,16 @@ def _convert(job: ConvertJob, out_dir: str):
         for r in removed:
             log.info("removed node %s (remove_node_type/remove_node_name)", getattr(r, "name", r))
     try:
-        from bpuemu.host.tools.perf.estimate import estimate_line
+        from bpuemu.host.tools.perf.estimate import estimate_model
 
-        log.info(estimate_line(model, blobs))
+        est = estimate_model(model, blobs)
+        log.info("static performance estimate, %s:", est.strategy.describe())
+        log.info(est.line())
+        if job.advice:
+            from bpuemu.host.tools.perf.estimate import advice_lines
+
+            for line in advice_lines(est, job.advice):
+                log.info(line)
     except BpuEmuError as exc:
         log.warning("no static performance estimate: %s", exc)
     sha = write_bin(paths["bin"], [model], blobs)

@@ -83,7 +83,8 @@ def fix_inputs(model: onnx.ModelProto, input_shapes: Dict[str, Tuple[int, ...]])
     for n in model.graph.node:
         if n.domain not in ("", "ai.onnx"):
             raise CheckError(f"Not support layer name={n.name} type={n.op_type}",
-                             hint=f"operator domain '{n.domain}' is not ONNX's; register it as a custom op")
+                             hint=f"operator domain '{n.domain}' is not ONNX's, and bpuemu runs standard ONNX "
+                                  "operators only (no custom operators): replace it with standard ONNX operators")
         try:
             onnx.defs.get_schema(n.op_type, opset, n.domain)
         except onnx.defs.SchemaError:

@@ -104,7 +104,7 @@ def job_from_config(cfg) -> ConvertJob:
                            dtype=ic.calibration_data_type, preprocess_on=cfg.calibration.preprocess_on,
                            input_type_train=ic.input_type_train, input_layout_train=ic.input_layout_train)
         inputs.append(JobInput(pre=pre, shape=tuple(ic.input_shape), input_layout_rt=ic.input_layout_rt or "",
-                               cal=cal))
+                               input_source=ic.input_source, cal=cal))
     node_info = cfg.model.node_info
     return ConvertJob(
         onnx_model=cfg.model.onnx_model or "",
@@ -125,8 +125,34 @@ def job_from_config(cfg) -> ConvertJob:
         remove_node_type=cfg.model.remove_node_type,
         remove_node_name=cfg.model.remove_node_name,
         debug_dump_calibration=cfg.model.debug_mode == "dump_calibration_data",
+        advice=cfg.compiler.advice or 0,
         build_info=_build_info(cfg),
     )
+
+
+def check_custom_ops(cfg) -> None:
+    """bpuemu runs standard ONNX operators only: a custom one is an error, a custom_op group a warning.
+
+    A custom CPU operator of the real toolchain is Python code registered from
+    op_register_files; a bpuemu `.bin` carries no code for the board to run
+    (and a board daemon that ran code out of uploaded models would run anyone's).
+    """
+    custom = None
+    if cfg.model.model_type == "onnx":  # a Caffe net's layers are checked by its converter
+        model = onnx.load(cfg.model.onnx_model, load_external_data=False)
+        custom = next((n for n in model.graph.node if n.domain not in ("", "ai.onnx")), None)
+    if custom is not None:
+        raise InvalidInput(
+            f"node '{custom.name}' (type {custom.op_type}, domain '{custom.domain}') is a custom operator, "
+            "and bpuemu runs standard ONNX operators only" + (" (it does not load custom_op op_register_files)"
+                                                              if cfg.custom_op else ""),
+            hint="replace it with standard ONNX operators; bpuemu places each on the BPU or the CPU")
+    if cfg.custom_op:
+        keys = [k for k, v in (("custom_op_method", cfg.custom_op.custom_op_method),
+                               ("op_register_files", cfg.custom_op.op_register_files),
+                               ("custom_op_dir", cfg.custom_op.custom_op_dir)) if v]
+        log.warning("custom_op (%s): the model has no custom operator, and bpuemu does not run custom operators; "
+                    "the group is ignored", ", ".join(keys))
 
 
 def makertbin_from_config(config_path: str, model_type: str = "onnx") -> Artifacts:
@@ -134,6 +160,7 @@ def makertbin_from_config(config_path: str, model_type: str = "onnx") -> Artifac
 
     cfg = load_config(config_path, model_type=model_type)
     cfg = cfg.complete(float_inputs(cfg))
+    check_custom_ops(cfg)
     return run(job_from_config(cfg))
 
 

@@ -122,10 +122,11 @@ def test_layer_details_follow_the_static_model(bins, tmp_path, capsys, monkeypat
     s = doc["summary"]
     assert s["calculation_load_ops_per_frame"] == sum(v for v in bpu_nodes.values())
     assert s["latency_ms"] == pytest.approx((5.0 + clock) / 1e3)
-    # the subgraph's input (int8 1x3x32x32) is loaded once; its int8 output (1x10) is stored
+    # the subgraph's input (int8 1x3x32x32) is loaded once; its int8 output (1x10) is stored in the
+    # aligned layout of compile_mode latency (1x16)
     assert doc["inputs"][0]["bytes"] == 3 * 32 * 32 and doc["outputs"][0]["bytes"] == 10
     weights = sum(layer["weight_bytes"] for layer in doc["layer_details"])
-    assert s["ddr_loaded_bytes_per_frame"] == 3 * 32 * 32 + weights and s["ddr_stored_bytes_per_frame"] == 10
+    assert s["ddr_loaded_bytes_per_frame"] == 3 * 32 * 32 + weights and s["ddr_stored_bytes_per_frame"] == 16
 
 
 def test_without_debug_hb_perf_prints_the_seed_warnings(bins, tmp_path, capsys, monkeypatch):
@@ -173,6 +174,72 @@ def test_estimate_line_and_the_ddr_bandwidth_parameter(bins):
     assert slow.ddr_bytes == est.ddr_bytes and slow.latency_us > 10 * est.latency_us   # memory bound now
     tiny_sram = perf.estimate_model(m, b.blobs, perf.X5Bpu(sram_bytes=256))
     assert tiny_sram.ddr_bytes > est.ddr_bytes                 # intermediates spill to DDR
+
+
+def _with_compiler_flags(model, flags: str):
+    from bpuemu.common.proto import model_pb2
+
+    m = model_pb2.Model()
+    m.CopyFrom(model)
+    del m.build_info.compiler_parameters[:]
+    m.build_info.compiler_parameters.add(key="hbdk_pass_through_params", value=flags)
+    return m
+
+
+def test_compile_mode_balance_factor_and_optimize_level_reach_the_estimate(bins):
+    b = read_bin(bins["fm"])
+    m = b.model()
+    assert perf.strategy_of(m).compile_mode == "latency" and perf.strategy_of(m).optimize_level == "O3"
+
+    def est(flags):
+        return perf.estimate_model(_with_compiler_flags(m, flags), b.blobs)
+
+    latency, bandwidth = est("--fast --O3"), est("--O3")
+    assert (latency.strategy.compile_mode, bandwidth.strategy.compile_mode) == ("latency", "bandwidth")
+    # bandwidth: the 1x10 output stored packed (10 bytes, not the aligned 16), and repacked by the move unit
+    assert latency.stored_bytes == 16 and bandwidth.stored_bytes == 10
+    assert bandwidth.ddr_bytes == latency.ddr_bytes - 6
+    # the storing layer: less DDR time, more compute (10 bytes repacked at 256 bytes/cycle, 1 GHz)
+    bw_last, lat_last = bandwidth.subgraphs[0].layers[-1], latency.subgraphs[0].layers[-1]
+    assert bw_last.compute_us == pytest.approx(lat_last.compute_us + 10 / 256 / 1000)
+    assert bw_last.load_store_us < lat_last.load_store_us
+    assert bandwidth.latency_us != latency.latency_us
+    # balance N: 0 is bandwidth, 100 latency, 50 half way
+    assert est("--balance 0 --O3").summary() | {"compile_mode": "-", "balance_factor": 0} == \
+        bandwidth.summary() | {"compile_mode": "-", "balance_factor": 0}
+    assert est("--balance 100 --O3").latency_us == pytest.approx(latency.latency_us)
+    half = est("--balance 50 --O3")
+    assert half.stored_bytes == 13
+    assert min(bandwidth.latency_us, latency.latency_us) < half.latency_us < max(bandwidth.latency_us, latency.latency_us)
+    # optimize_level: O3 < O2 (half the SRAM) <= ... O1 (no overlap) < O0 (no fusion either)
+    o = {lvl: est(f"--fast --{lvl}") for lvl in ("O0", "O1", "O2", "O3")}
+    assert o["O0"].latency_us > o["O1"].latency_us > o["O2"].latency_us >= o["O3"].latency_us
+    layers1 = o["O1"].subgraphs[0].layers
+    assert all(layer.latency_us == pytest.approx(layer.compute_us + layer.load_store_us) for layer in layers1)
+    assert not any(layer.fused_into for layer in o["O0"].subgraphs[0].layers)
+    assert any(layer.fused_into for layer in layers1)
+    # an SRAM exactly the size of the largest intermediate: it spills at O2 (half the SRAM), not at O3
+    largest = max(int(np.prod(layer.output_shape)) for layer in o["O3"].subgraphs[0].layers[:-1])
+    tiny = perf.X5Bpu(sram_bytes=largest)
+    assert perf.estimate_model(_with_compiler_flags(m, "--fast --O2"), b.blobs, tiny).ddr_bytes > \
+        perf.estimate_model(_with_compiler_flags(m, "--fast --O3"), b.blobs, tiny).ddr_bytes
+
+
+def test_hb_perf_says_which_strategy_it_estimated(bins, tmp_path, capsys, monkeypatch):
+    from bpuemu.common.container import write_bin
+
+    monkeypatch.chdir(tmp_path)
+    b = read_bin(bins["fm"])
+    path = tmp_path / "fm.bin"
+    write_bin(str(path), [_with_compiler_flags(b.model(), "--balance 40 --O1 --debug")], dict(b.blobs))
+    code, _, err = run_tool(perf_cli.main, [path], capsys)
+    assert code == 0, err
+    assert "fm: compile_mode balance (balance_factor 40), optimize_level O1 (from the model's compiler parameters)" in err
+    doc = json.loads((tmp_path / "hb_perf_result" / "fm" / "fm_subgraph_0.json").read_text())
+    assert doc["compile_strategy"] == {"compile_mode": "balance", "balance_factor": 40, "optimize_level": "O1",
+                                       "recorded": True}
+    page = (tmp_path / "hb_perf_result" / "fm" / "fm.html").read_text()
+    assert "balance (balance_factor 40)" in page and "<td>optimize_level</td><td>O1</td>" in page
 
 
 def test_hb_perf_on_a_packed_file(bins, tmp_path, capsys, monkeypatch):

@@ -41,6 +41,7 @@ def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
             log.warning("if you need per-layer perf info please enable[compiler_parameters.debug:True] when use makertbin.")
         files = perf.analyze(binfile, perf.RESULT_DIR, m.name, bpu)[0]
         est = files.estimate
+        log.info("%s: %s", m.name, est.strategy.describe())
         log.info("%s: %s", m.name, est.line())
         log.info("%s: performance report written to %s", m.name, os.path.abspath(files.html))
         if profiler_log:

@@ -4,6 +4,7 @@ from typing import Dict, List, Optional
 
 from bpuemu.common.proto import model_pb2
 from bpuemu.host.tools.perf.layers import Layer, io_tensors, subgraph_layers
+from bpuemu.host.tools.perf.strategy import CompileStrategy, strategy_of
 from bpuemu.host.tools.perf.x5 import X5_BPU, X5Bpu
 from bpuemu.host.tools.plan import Kind, piece_model
 
@@ -61,6 +62,7 @@ class ModelEstimate:
     subgraphs: List[SubgraphEstimate]
     bpu: X5Bpu
     cpu_steps: List[str] = field(default_factory=list)
+    strategy: CompileStrategy = field(default_factory=CompileStrategy)
 
     @property
     def latency_us(self) -> float:
@@ -99,6 +101,9 @@ class ModelEstimate:
             "loaded_bytes_per_frame": self.loaded_bytes,
             "stored_bytes_per_frame": self.stored_bytes,
             "calculation_load_ops_per_frame": self.ops,
+            "compile_mode": self.strategy.compile_mode,
+            "balance_factor": self.strategy.balance_factor,
+            "optimize_level": self.strategy.optimize_level,
         }
 
     def line(self) -> str:
@@ -107,23 +112,49 @@ class ModelEstimate:
         return f"FPS={fps}, latency = {self.latency_us:.1f} us, DDR = {self.ddr_bytes} bytes"
 
 
-def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> ModelEstimate:
-    """Estimate every BPU subgraph of ``model`` from its ONNX piece."""
+def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU,
+                   strategy: Optional[CompileStrategy] = None) -> ModelEstimate:
+    """Estimate every BPU subgraph of ``model`` from its ONNX piece, compiled with ``strategy``
+    (default: the compile_mode / optimize_level the model records)."""
+    strategy = strategy or strategy_of(model)
     subgraphs, cpu = [], []
     for step in model.plan:
         if step.kind == Kind.BPU_SUBGRAPH:
             piece = piece_model(blobs[step.blob])
             inputs, outputs = io_tensors(piece)
-            subgraphs.append(SubgraphEstimate(step.name, subgraph_layers(piece, bpu), inputs, outputs,
+            subgraphs.append(SubgraphEstimate(step.name, subgraph_layers(piece, bpu, strategy), inputs, outputs,
                                               bpu.us(bpu.subgraph_overhead_cycles)))
         else:
             cpu.append(step.name)
-    return ModelEstimate(model.name, subgraphs, bpu, cpu)
+    return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy)
 
 
 def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> str:
     """The line makertbin prints after compiling: ``FPS=…, latency = … us, DDR = … bytes``."""
     return estimate_model(model, blobs, bpu).line()
+
+
+def advice_lines(est: ModelEstimate, threshold_us: float) -> List[str]:
+    """compiler_parameters.advice: the layers whose computation after data alignment takes more than
+    ``threshold_us`` longer than in theory (unpadded), with both shapes and the padding ratio."""
+    lines = []
+    for sub in est.subgraphs:
+        for layer in sub.layers:
+            if layer.fused_into or not layer.ops:
+                continue
+            theory = est.bpu.us(est.bpu.compute_cycles(layer.unit, layer.ops))
+            aligned = est.bpu.us(est.bpu.compute_cycles(layer.unit, layer.aligned_ops))
+            if aligned - theory > threshold_us:
+                shape = "x".join(map(str, layer.output_shape))
+                padded = "x".join(map(str, layer.aligned_output_shape))
+                lines.append(f"advice: {sub.name} layer {layer.name} ({layer.bpu_type}) computes in {aligned:.3f} us "
+                             f"after data alignment, {theory:.3f} us in theory (+{aligned - theory:.3f} us); "
+                             f"output shape {shape} -> aligned {padded}, padding ratio "
+                             f"{layer.aligned_ops / layer.ops:.2f}")
+    if not lines:
+        lines.append(f"advice: no layer's computation after data alignment exceeds its theoretical time by more "
+                     f"than {threshold_us:g} us")
+    return lines
 
 
 def is_debug_build(model: model_pb2.Model) -> bool:

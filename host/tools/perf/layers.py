@@ -20,6 +20,7 @@ import onnx
 from onnx import numpy_helper
 
 from bpuemu.host.compiler.optable import BPU_OPS
+from bpuemu.host.tools.perf.strategy import DEFAULT_STRATEGY, CompileStrategy
 from bpuemu.host.tools.perf.x5 import X5Bpu, align
 from bpuemu.host.tools.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
 
@@ -180,6 +181,21 @@ class _Piece:
             return 0
         return _prod(value_shape(vi)) * np_dtype(vi.type.tensor_type.elem_type).itemsize
 
+    def ddr_bytes(self, t: str, bpu: X5Bpu, strategy: CompileStrategy) -> Tuple[float, float]:
+        """(bytes moved, bytes repacked) when ``t`` goes through DDR under ``strategy``.
+
+        The latency share of the traffic uses the aligned layout (padded
+        channels); the rest is packed to the valid shape and repacked by the
+        data-movement unit.
+        """
+        valid = self.nbytes(t)
+        if not valid:
+            return 0.0, 0.0
+        shape = self.shape(t)
+        aligned = valid * _prod(aligned_shape(shape, bpu.channel_align)) / max(_prod(shape), 1)
+        share = strategy.latency_share
+        return share * aligned + (1 - share) * valid, (1 - share) * valid
+
     def shape(self, t: str) -> Shape:
         if t in self.inits:
             return tuple(self.inits[t].dims)
@@ -187,9 +203,11 @@ class _Piece:
         return value_shape(vi) if vi is not None else ()
 
 
-def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu) -> List[Layer]:
-    """The layers of one BPU subgraph piece, costed with ``bpu`` (start/end filled in order)."""
+def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrategy = DEFAULT_STRATEGY) -> List[Layer]:
+    """The layers of one BPU subgraph piece, costed with ``bpu`` as ``strategy`` compiles them
+    (start/end filled in order)."""
     p = _Piece(model)
+    sram = bpu.sram_bytes * strategy.sram_share
     layers: List[Layer] = []
     by_output: Dict[str, Layer] = {}          # real output tensor -> layer that makes it
     loaded: set = set()
@@ -218,12 +236,13 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu) -> List[Layer]:
         # Fusion: a passive op with the BPU type of the one layer feeding it (the Relu after a Conv)
         # runs in that layer's output stage, when nothing else reads that layer's output.
         src_tensor = next((r for r in real_in if r in by_output), None)
-        if op is not None and not op.active and src_tensor is not None:
+        if strategy.fuses and op is not None and not op.active and src_tensor is not None:
             src = by_output[src_tensor]
             if src.bpu_type == bpu_type and not src.fused_into and len(p.compute_readers(src_tensor)) == 1:
                 layer.fused_into = src.name
 
-        for r, orig in zip(real_in, node.input):
+        repacked = 0.0
+        for r in real_in:
             if not r:
                 continue
             if r in p.inits:
@@ -234,19 +253,22 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu) -> List[Layer]:
                 if r not in loaded:
                     layer.loaded_bytes += p.nbytes(r)
                     loaded.add(r)
-            elif not layer.fused_into and p.nbytes(r) > bpu.sram_bytes:
-                layer.loaded_bytes += p.nbytes(r)           # spilled intermediate
+            elif not layer.fused_into and p.nbytes(r) > sram:
+                m, rp = p.ddr_bytes(r, bpu, strategy)       # spilled intermediate
+                layer.loaded_bytes += int(round(m))
+                repacked += rp
         for o in node.output:
             real = p.after_q(o)
             by_output[real] = layer
-            if real in p.graph_outputs or o in p.graph_outputs:
-                layer.stored_bytes += p.nbytes(real)
-            elif p.nbytes(real) > bpu.sram_bytes:
-                layer.stored_bytes += p.nbytes(real)        # spilled intermediate
+            if real in p.graph_outputs or o in p.graph_outputs or p.nbytes(real) > sram:
+                m, rp = p.ddr_bytes(real, bpu, strategy)    # a subgraph output, or a spilled intermediate
+                layer.stored_bytes += int(round(m))
+                repacked += rp
 
         compute = 0.0 if layer.fused_into else bpu.compute_cycles(unit, layer.aligned_ops)
+        compute += bpu.compute_cycles("move", repacked)
         memory = bpu.memory_cycles(layer.loaded_bytes + layer.stored_bytes)
-        cycles = max(compute, memory)
+        cycles = max(compute, memory) if strategy.overlaps else compute + memory
         layer.compute_us, layer.load_store_us, layer.latency_us = bpu.us(compute), bpu.us(memory), bpu.us(cycles)
         layer.start_us = bpu.us(clock)
         clock += cycles

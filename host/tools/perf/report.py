@@ -78,11 +78,16 @@ def _fmt(v) -> str:
 
 
 def _parameters(est: ModelEstimate) -> List[str]:
-    rows = [[k, v] for k, v in est.bpu.parameters().items()]
+    st = est.strategy
+    rows = [["compile_mode", st.compile_mode + (f" (balance_factor {st.balance_factor})" if st.compile_mode == "balance" else "")],
+            ["optimize_level", st.optimize_level + ("" if st.recorded else " (assumed: the model records none)")]]
+    rows += [[k, v] for k, v in est.bpu.parameters().items()]
     return (["<h2>Static Performance Model</h2>",
              "<p class=\"note\">bpuemu estimates from a static model of the X5 BPU: per layer, latency = "
              "max(compute, DDR traffic) with compute = aligned OPs / unit throughput and DDR time = (loaded + "
-             "stored bytes) / bandwidth; a subgraph adds its launch overhead; CPU nodes are not estimated "
+             "stored bytes) / bandwidth; a subgraph adds its launch overhead; compile_mode sets the DDR layout "
+             "of outputs and spills (aligned for latency, packed and repacked for bandwidth) and optimize_level "
+             "the fusion, overlap and SRAM use (O0 none ... O3 all); CPU nodes are not estimated "
              "(measure them with hrt_model_exec perf --profile_path and compare with hb_perf --compare).</p>"]
             + _table(["parameter", "value"], rows))
 
@@ -120,7 +125,9 @@ def model_page(est: ModelEstimate, png_name: str, debug: bool) -> str:
 
 def subgraph_json(est: ModelEstimate, sub: SubgraphEstimate, debug: bool) -> dict:
     doc = {"model": est.model_name, "summary": sub.summary(), "inputs": sub.inputs, "outputs": sub.outputs,
-           "static_model": est.bpu.parameters()}
+           "static_model": est.bpu.parameters(),
+           "compile_strategy": {"compile_mode": est.strategy.compile_mode, "balance_factor": est.strategy.balance_factor,
+                                "optimize_level": est.strategy.optimize_level, "recorded": est.strategy.recorded}}
     if debug:
         doc["layer_details"] = [layer.as_dict() for layer in sub.layers]
     return doc

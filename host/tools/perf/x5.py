@@ -37,6 +37,13 @@ Per layer (one compute node of a BPU subgraph), a roofline:
     memory         DDR bytes / (ddr_bytes_per_s / clock_hz)               [cycles]
     latency        max(compute, memory)  (compute and DMA overlap)
 
+    These are the figures of compile_mode latency at optimize_level O3. The
+    compile strategy a model records changes them (bpuemu.host.tools.perf.strategy):
+    bandwidth mode stores outputs and spills packed (valid bytes instead of the
+    aligned layout's) and adds repack cycles (packed bytes / move_bytes_per_cycle)
+    to compute; balance N mixes the two N:100-N; below O3 intermediates spill above
+    half the SRAM, below O2 latency = compute + memory, at O0 nothing is fused.
+
     subgraph latency = subgraph_overhead_cycles + sum of its layer latencies
     model latency    = sum of its BPU subgraph latencies (CPU ops are not
                        estimated; measure them with hrt_model_exec perf)
