@@ -26,6 +26,7 @@ from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.common.input_types import (full_to_space, relayout, rgb_to_nv12, rgb_to_yuv444, to_model_input,
                                        yuv444_to_nv12)
 from bpuemu.common.proto import model_pb2
+from bpuemu.host.convert.transforms import COLOURS, ImageTransforms, load_rgb, rgb_to_train, transform_image
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp")
 
@@ -58,19 +59,10 @@ def list_files(directory: str) -> List[str]:
 
 
 def _read_image(path: str, ci: CalInput) -> np.ndarray:
-    from PIL import Image
-
+    """An image resized (stretch, bilinear) to the input's H x W, in input_type_train form (transforms.py)."""
     n, h, w = (ci.shape[0], ci.shape[2], ci.shape[3]) if ci.input_layout_train == "NCHW" else ci.shape[:3]
-    with Image.open(path) as img:
-        rgb = np.asarray(img.convert("RGB").resize((w, h), Image.BILINEAR)).astype(np.float32)
-    if ci.input_type_train == "bgr":
-        hwc = rgb[..., ::-1]
-    elif ci.input_type_train == "yuv444":
-        hwc = rgb_to_yuv444(rgb.astype(np.uint8)).astype(np.float32)
-    elif ci.input_type_train == "gray":
-        hwc = rgb_to_yuv444(rgb.astype(np.uint8))[..., :1].astype(np.float32)
-    else:
-        hwc = rgb
+    rgb = transform_image(load_rgb(path), ImageTransforms(h, w))
+    hwc = rgb_to_train(rgb, ci.input_type_train if ci.input_type_train in COLOURS else "rgb").astype(np.float32)
     nhwc = np.broadcast_to(hwc, (n,) + hwc.shape)
     return relayout(np.ascontiguousarray(nhwc), "NHWC", ci.input_layout_train)
 
@@ -134,6 +126,10 @@ def _train_to_rt(x: np.ndarray, train: str, layout: str, spec: model_pb2.InputSp
     if rt == "nv12":
         return np.concatenate(items)
     return relayout(np.ascontiguousarray(np.stack(items)), "NHWC", spec.input_layout_rt or "NHWC")
+
+
+#: Image in input_type_train form -> the board's input_type_rt data (hb_eval_preprocess writes it too).
+train_to_rt = _train_to_rt
 
 
 def to_model_inputs(sample: Dict[str, np.ndarray], specs: Sequence[model_pb2.InputSpec], trains: Dict[str, tuple]) -> Dict[str, np.ndarray]:
