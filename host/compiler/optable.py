@@ -45,6 +45,8 @@ BPU_OPS: Dict[str, BpuOp] = {
     "HardSigmoid": BpuOp("HzLut"),
     "HardSwish": BpuOp("HzLut"),
     "Exp": BpuOp("HzLut"),
+    # x ** p with a constant exponent is a lookup table on the int8 input (ptq_guide's checker example)
+    "Pow": BpuOp("HzLut"),
     "MaxPool": BpuOp("HzQuantizedMaxPool", active=False),
     "AveragePool": BpuOp("HzSQuantizedAvgPool"),
     "GlobalAveragePool": BpuOp("HzSQuantizedGlobalAvgPool"),
@@ -59,6 +61,8 @@ BPU_OPS: Dict[str, BpuOp] = {
     "Pad": BpuOp("HzPad", active=False, unit="move"),
     "Softmax": BpuOp("HzSoftmax", cpu_by_default=True),
     "ReduceMean": BpuOp("HzSQuantizedReduceMean"),
+    # over the channels of a 4-D featuremap, C <= 64 (ptq_guide "Argmax supports BPU acceleration only ...")
+    "ArgMax": BpuOp("HzArgMax"),
     "Upsample": BpuOp("HzQuantizedResizeUpsample", active=False, unit="move"),
 }
 
@@ -99,8 +103,60 @@ def _pool(node, model) -> str:
     return ""
 
 
+def _constant_of(model, name: str):
+    """The value of ``name`` when an initializer or a Constant node makes it, else None."""
+    from onnx import numpy_helper
+
+    for t in model.graph.initializer:
+        if t.name == name:
+            return numpy_helper.to_array(t)
+    for n in model.graph.node:
+        if n.op_type == "Constant" and n.output and n.output[0] == name:
+            value = _attr(n, "value")
+            return numpy_helper.to_array(value) if value is not None else None
+    return None
+
+
+def _shape_of(model, name: str):
+    """The static shape of tensor ``name`` (graph input, value_info or output), or None."""
+    for vi in list(model.graph.input) + list(model.graph.value_info) + list(model.graph.output):
+        if vi.name == name and vi.type.tensor_type.HasField("shape"):
+            dims = [d.dim_value if d.HasField("dim_value") else None for d in vi.type.tensor_type.shape.dim]
+            return None if any(d is None or d <= 0 for d in dims) else dims
+    return None
+
+
+#: ArgMax: the largest channel count the BPU reduces over.
+ARGMAX_MAX_CHANNELS = 64
+
+
+def _pow(node, model) -> str:
+    exponent = _constant_of(model, node.input[1]) if len(node.input) > 1 else None
+    if exponent is None or exponent.size != 1:
+        return "the exponent is not a constant scalar (a lookup table needs one)"
+    return ""
+
+
+def _argmax(node, model) -> str:
+    shape = _shape_of(model, node.input[0])
+    if shape is None:
+        return "the input shape is unknown"
+    if len(shape) != 4:
+        return f"the input is {len(shape)}-D, not a 4-D featuremap"
+    axis = int(_attr(node, "axis", 0))
+    if axis not in (1, -3):
+        return f"axis {axis} is not the channel axis (1)"
+    if shape[1] > ARGMAX_MAX_CHANNELS:
+        return f"{shape[1]} channels exceed {ARGMAX_MAX_CHANNELS}"
+    if int(_attr(node, "select_last_index", 0)):
+        return "select_last_index 1 is not supported"
+    return ""
+
+
 CONSTRAINTS = {
     "Conv": _conv,
     "MaxPool": _pool,
     "AveragePool": _pool,
+    "Pow": _pow,
+    "ArgMax": _argmax,
 }

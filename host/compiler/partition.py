@@ -124,6 +124,11 @@ class _Graph:
     def const(self, name: str) -> np.ndarray:
         return numpy_helper.to_array(self.inits[name])
 
+    def is_float(self, tensor: str) -> bool:
+        vi = self.value_info.get(tensor)
+        return vi is None or vi.type.tensor_type.elem_type in (onnx.TensorProto.FLOAT, onnx.TensorProto.FLOAT16,
+                                                               onnx.TensorProto.DOUBLE)
+
     def is_dq_fed(self, tensor: str) -> bool:
         p = self.producer.get(tensor)
         return tensor in self.inits or (p is not None and p.op_type == DQ)
@@ -136,6 +141,8 @@ def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str], force_bpu: Set
     if not all(g.is_dq_fed(i) for i in node.input if i):
         return "CPU"
     for o in node.output:
+        if not g.is_float(o):
+            continue  # an exact integer result (ArgMax's indices) leaves the BPU as it is
         if o in g.graph_outputs:
             return "CPU"
         if any(c.op_type != Q for c in g.consumers.get(o, [])):

@@ -16,6 +16,8 @@ from bpuemu.host.convert.preprocess import InputPreprocess
 log = logging.getLogger("bpuemu.host.makertbin")
 
 FAST_PERF_PREFIX_SUFFIX = ""
+#: What --fast-perf removes at the model's beginning and end (remove_node_type, repeated until none is left).
+FAST_PERF_REMOVED_TYPES = ("Quantize", "Dequantize", "Transpose", "Cast", "Reshape")
 
 
 def model_inputs(path: str) -> List[Tuple[str, List[Optional[int]]]]:
@@ -166,7 +168,10 @@ def makertbin_from_config(config_path: str, model_type: str = "onnx") -> Artifac
 
 def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], working_dir: str = "model_output",
                      prototxt: str = ""):
-    """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3.
+    """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3,
+    Softmax on the BPU, and the CPU nodes at the model's beginning and end removed (ptq_guide: "Removes
+    non-essential CPU operators at the model's beginning and end, including: Quantize/Dequantize,
+    Transpose, Cast, Reshape").
 
     With ``prototxt``, ``model_path`` is a Caffe caffemodel.
     """
@@ -194,7 +199,7 @@ def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[
     n = len(names)
     doc = {
         "model_parameters": {**source, "march": march, "output_model_file_prefix": prefix,
-                             "working_dir": working_dir},
+                             "working_dir": working_dir, "remove_node_type": ";".join(FAST_PERF_REMOVED_TYPES)},
         "input_parameters": {
             "input_name": ";".join(names), "input_shape": ";".join(shapes),
             "input_type_train": ";".join(["featuremap"] * n), "input_layout_train": ";".join(["NCHW"] * n),
