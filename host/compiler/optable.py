@@ -40,6 +40,7 @@ BPU_OPS: Dict[str, BpuOp] = {
     "Relu": BpuOp("HzSQuantizedConv", active=False),
     "Clip": BpuOp("HzSQuantizedConv", active=False),
     "LeakyRelu": BpuOp("HzLeakyRelu"),
+    "PRelu": BpuOp("HzPRelu"),
     "Sigmoid": BpuOp("HzLut"),
     "Tanh": BpuOp("HzLut"),
     "HardSigmoid": BpuOp("HzLut"),

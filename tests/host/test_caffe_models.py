@@ -111,6 +111,8 @@ def test_real_caffe_model_end_to_end(tmp_path, caffe_models, name):
     first_conv = next(n.name for n in model.graph.node if n.op_type == "Conv")
     assert re.search(rf"INFO {re.escape(first_conv)} +BPU +id\(0\) +HzSQuantizedConv", out), out
     assert "End model checking" in out
+    for prelu in (n.name for n in model.graph.node if n.op_type == "PRelu"):  # MTCNN: the X5 runs PReLU on the BPU
+        assert re.search(rf"INFO {re.escape(prelu)} +BPU +id\(0\) +HzPRelu", out), out
 
     # 3. hb_mapper makertbin, default calibration on real photos
     cal = tmp_path / "calibration_data"
