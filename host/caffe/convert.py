@@ -17,7 +17,7 @@ import onnx
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.caffe.graph import Graph, LayerContext
 from bpuemu.host.caffe.layers import CONVERTERS, POSTPROCESS_LAYERS
-from bpuemu.host.caffe.reader import CaffeNet, load_net, read_prototxt, _declared_inputs
+from bpuemu.host.caffe.reader import CaffeNet, declared_inputs, in_test_phase, layers_of, load_net, read_prototxt
 
 log = logging.getLogger("bpuemu.host.caffe")
 
@@ -84,10 +84,10 @@ def _name_outputs_after_blobs(model: onnx.ModelProto, outputs: Dict[str, str], g
     for blob, tensor in outputs.items():
         if tensor == blob:
             continue
-        if blob in graph._used:
+        if graph.is_used(blob):
             _rename(model, blob, graph.unique(f"{blob}_before_{tensor}"))
         _rename(model, tensor, blob)
-        graph._used.add(blob)
+        graph.unique(blob)  # reserve it
 
 
 def inputs_of(net_inputs: Dict[str, Tuple[int, ...]], layers) -> List[Tuple[str, Tuple[int, ...]]]:
@@ -102,11 +102,9 @@ def inputs_of(net_inputs: Dict[str, Tuple[int, ...]], layers) -> List[Tuple[str,
 
 def caffe_inputs(prototxt: str) -> List[Tuple[str, List[Optional[int]]]]:
     """(name, shape) of a prototxt's inputs, unknown dims as None (like makertbin.model_inputs for ONNX)."""
-    from bpuemu.host.caffe.reader import _in_test_phase, _layers
-
     net = read_prototxt(prototxt)
-    layers = [layer for layer in _layers(net) if _in_test_phase(layer)]
-    return [(name, [d if d > 0 else None for d in shape]) for name, shape in inputs_of(_declared_inputs(net), layers)]
+    layers = [layer for layer in layers_of(net) if in_test_phase(layer)]
+    return [(name, [d if d > 0 else None for d in shape]) for name, shape in inputs_of(declared_inputs(net), layers)]
 
 
 def convert_net(net: CaffeNet, input_shapes: Optional[Dict[str, Tuple[int, ...]]] = None,

@@ -47,6 +47,9 @@ class Graph:
         used.add(name)
         return name
 
+    def is_used(self, tensor: str) -> bool:
+        return tensor in self._used
+
     def add_input(self, blob: str, shape: Shape) -> None:
         tensor = self.unique(blob)
         self.inputs.append(helper.make_tensor_value_info(tensor, TensorProto.FLOAT, list(shape)))
@@ -112,8 +115,9 @@ class LayerContext:
         return self.blobs[index]
 
     def const(self, suffix: str, value) -> str:
-        return self.graph.const(f"{self.layer.name}_{suffix}", np.asarray(value, dtype=np.float32)
-                                if np.asarray(value).dtype.kind == "f" else np.asarray(value))
+        """An initializer named after the layer; float values are stored as float32."""
+        value = np.asarray(value)
+        return self.graph.const(f"{self.layer.name}_{suffix}", value.astype(np.float32) if value.dtype.kind == "f" else value)
 
     def emit(self, op: str, inputs: Sequence[str], shape: Shape, suffix: Optional[str] = None, **attrs) -> str:
         """One node with one output; without ``suffix`` it is the layer's own node (named after the layer)."""
@@ -126,7 +130,7 @@ class LayerContext:
         outs = []
         for i, shape in enumerate(shapes):
             wanted = layer.top[i] if suffix is None and i < len(layer.top) else f"{name}_out{i}" if len(shapes) > 1 else name
-            out = self.graph.unique(wanted if wanted not in self.graph._used else name)
+            out = self.graph.unique(name if self.graph.is_used(wanted) else wanted)
             self.graph.shapes[out] = tuple(int(d) for d in shape)
             outs.append(out)
         self.graph.add_node(op, inputs, outs, name, **attrs)

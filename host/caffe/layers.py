@@ -20,6 +20,7 @@ import math
 from typing import Callable, Dict, List, Sequence
 
 import numpy as np
+from onnx import numpy_helper
 
 from bpuemu.host.caffe import caffe_pb2
 from bpuemu.host.caffe.graph import LayerContext, axis_of
@@ -266,8 +267,6 @@ def _fold_into_batch_norm(ctx: LayerContext, gamma, beta) -> bool:
             or ctx.layer.scale_param.axis not in (1, 1 - len(shape)) or gamma.size != shape[1]):
         return False
     inits = {t.name: t for t in graph.initializers}
-    from onnx import numpy_helper
-
     for index, value in ((1, gamma), (2, beta)):
         if value is not None:
             inits[node.input[index]].CopyFrom(numpy_helper.from_array(value.reshape(-1).astype(np.float32),

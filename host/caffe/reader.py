@@ -65,11 +65,11 @@ def _upgrade_v1(v1: caffe_pb2.V1LayerParameter) -> caffe_pb2.LayerParameter:
     return layer
 
 
-def _layers(net: caffe_pb2.NetParameter) -> List[caffe_pb2.LayerParameter]:
+def layers_of(net: caffe_pb2.NetParameter) -> List[caffe_pb2.LayerParameter]:
     return list(net.layer) + [_upgrade_v1(v1) for v1 in net.layers]
 
 
-def _in_test_phase(layer: caffe_pb2.LayerParameter) -> bool:
+def in_test_phase(layer: caffe_pb2.LayerParameter) -> bool:
     """Caffe's NetStateRule check for a TEST-phase net (phase is the only rule a deploy net uses)."""
     test = caffe_pb2.TEST
     if layer.include:
@@ -89,7 +89,7 @@ def blob_array(blob: caffe_pb2.BlobProto) -> np.ndarray:
     return data.reshape(shape)
 
 
-def _declared_inputs(net: caffe_pb2.NetParameter) -> Dict[str, Tuple[int, ...]]:
+def declared_inputs(net: caffe_pb2.NetParameter) -> Dict[str, Tuple[int, ...]]:
     """Inputs declared the legacy way (``input:`` with ``input_shape`` or ``input_dim``)."""
     shapes = {}
     for i, name in enumerate(net.input):
@@ -133,8 +133,8 @@ def load_net(prototxt: str, caffemodel: str) -> CaffeNet:
     weights = read_caffemodel(caffemodel)
     if not structure.layer and not structure.layers:
         raise InvalidInput(f"{prototxt} defines no layers")
-    layers = [layer for layer in _layers(structure) if _in_test_phase(layer)]
-    trained = {layer.name: layer for layer in _layers(weights) if layer.blobs}
+    layers = [layer for layer in layers_of(structure) if in_test_phase(layer)]
+    trained = {layer.name: layer for layer in layers_of(weights) if layer.blobs}
     blobs = {}
     for layer in layers:
         source = layer if layer.blobs else trained.get(layer.name)
@@ -143,4 +143,4 @@ def load_net(prototxt: str, caffemodel: str) -> CaffeNet:
     unused = sorted(set(trained) - {layer.name for layer in layers})
     if unused:
         log.warning("caffemodel layers without a prototxt layer of the same name are ignored: %s", ", ".join(unused))
-    return CaffeNet(structure.name, _declared_inputs(structure), layers, blobs)
+    return CaffeNet(structure.name, declared_inputs(structure), layers, blobs)
