@@ -446,9 +446,11 @@ def argmax(ctx: LayerContext) -> None:
     if k > work[axis]:
         raise ctx.error(f"top_k {k} is larger than the {work[axis]} values it chooses from")
     picked = work[:axis] + (k,) + work[axis + 1:]
-    values, indices = ctx.emit_many("TopK", [x, ctx.const("k", np.array([k], np.int64))], [picked, picked],
-                                    suffix="topk", axis=axis)
-    ctx.graph.shapes[indices] = picked
+    if k == 1 and not p.out_max_val:  # the common case, as ONNX ArgMax (which the BPU runs)
+        values, indices = None, ctx.emit("ArgMax", [x], picked, suffix="argmax", axis=axis, keepdims=1)
+    else:
+        values, indices = ctx.emit_many("TopK", [x, ctx.const("k", np.array([k], np.int64))], [picked, picked],
+                                        suffix="topk", axis=axis)
     if p.HasField("axis"):  # Caffe gives the values alone with out_max_val, else the indices
         ctx.top(ctx.emit("Identity", [values], picked) if p.out_max_val else ctx.emit("Cast", [indices], picked, to=1))
         return
