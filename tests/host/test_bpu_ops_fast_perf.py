@@ -101,6 +101,32 @@ def test_makertbin_compiles_pow_and_argmax_into_a_bpu_subgraph_bit_exact_with_qu
         assert got.min() >= 0 and got.max() < 8
 
 
+def test_hb_perf_costs_pow_and_argmax_on_the_vector_unit(tmp_path):
+    from bpuemu.host.tools import perf
+
+    art = _convert(tmp_path, pow_argmax_model())
+    b = read_bin(art.bin)
+    layers = {layer.name: layer for layer in perf.estimate_model(b.model(), b.blobs).subgraphs[0].layers}
+    assert (layers["pow"].bpu_type, layers["pow"].unit, layers["pow"].ops) == ("HzLut", "vector", 8 * SIZE * SIZE)
+    # ArgMax reads every channel of every pixel, and stores its int64 indices
+    assert (layers["argmax"].bpu_type, layers["argmax"].ops) == ("HzArgMax", 8 * SIZE * SIZE)
+    assert layers["argmax"].stored_bytes > 0
+
+
+def test_checker_names_no_custom_op_registration_for_a_foreign_operator(tmp_path):
+    from bpuemu.common.errors import BpuEmuError
+
+    m = pow_argmax_model()
+    m.graph.node[1].domain = "vendor.ops"
+    m.opset_import.append(helper.make_opsetid("vendor.ops", 1))
+    onnx.save(m, str(tmp_path / "m.onnx"))
+    with pytest.raises(BpuEmuError) as exc:
+        check(str(tmp_path / "m.onnx"), {})
+    text = f"{exc.value} {exc.value.hint}"
+    assert "Not support layer name=pow type=Pow" in text
+    assert "standard ONNX operators only" in text and "register" not in text
+
+
 def test_argmax_over_65_channels_is_a_cpu_op_in_the_bin(tmp_path):
     art = _convert(tmp_path, pow_argmax_model(channels=65))
     plan = read_bin(art.bin).model().plan

@@ -123,6 +123,7 @@ OPS_FORMULAS: Dict[str, Callable[[onnx.NodeProto, NodeShapes], Ops]] = {
     "GlobalAveragePool": _input_elements,
     "GlobalMaxPool": _input_elements,
     "ReduceMean": _input_elements,
+    "ArgMax": _input_elements,
 }
 
 
