@@ -311,6 +311,22 @@ def lrn(ctx: LayerContext) -> None:
                      bias=float(p.k)))
 
 
+@converts("Normalize")
+def normalize(ctx: LayerContext) -> None:
+    """SSD's L2 Normalize: x / sqrt(sum of squares + eps), over channels (or all of C, H, W), times a scale."""
+    p = ctx.layer.norm_param
+    shape = ctx.shape()
+    axes = list(range(1, len(shape))) if p.across_spatial else [1]
+    reduced = tuple(1 if a in axes else d for a, d in enumerate(shape))
+    x = ctx.emit("ReduceSumSquare", [ctx.x], reduced, suffix="sumsq", axes=axes, keepdims=1)
+    x = ctx.emit("Add", [x, ctx.const("eps", np.float32(p.eps))], reduced, suffix="eps")
+    x = ctx.emit("Sqrt", [x], reduced, suffix="norm")
+    x = ctx.emit("Div", [ctx.x, x], shape, suffix="div")
+    scale = ctx.weight(0, "scale").reshape(-1)
+    scale = scale.reshape(1) if p.channel_shared or scale.size == 1 else scale.reshape((-1,) + (1,) * (len(shape) - 2))
+    ctx.top(ctx.emit("Mul", [x, ctx.const("scale", scale)], shape))
+
+
 # --- element-wise and structure -------------------------------------------------------------------
 
 @converts("Eltwise")

@@ -101,6 +101,16 @@ def test_activations_eltwise_power_lrn(tmp_path, rng):
     _compare(tmp_path, b, _image(rng, (1, 4, 6, 6)))
 
 
+@pytest.mark.parametrize("across_spatial,channel_shared", [(False, False), (True, True), (False, True)])
+def test_ssd_normalize(tmp_path, rng, across_spatial, channel_shared):
+    b = CaffeNetBuilder()
+    b.input("data", (1, 4, 5, 5))
+    scale = [20.0] if channel_shared else b.randn(4) * 10 + 20
+    b.layer("conv4_3_norm", "Normalize", "data", blobs=[scale],
+            norm_param={"across_spatial": across_spatial, "channel_shared": channel_shared})
+    _compare(tmp_path, b, _image(rng, (1, 4, 5, 5)))
+
+
 def test_lrn_k_is_the_bias(tmp_path, rng):
     """Caffe's across-channel LRN: x / (k + alpha/n * sum of squares over n channels)^beta.
 
