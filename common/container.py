@@ -167,6 +167,8 @@ def decode_bin(data: bytes, source: str = "<bytes>") -> BinFile:
         manifest.ParseFromString(mbytes)
     except Exception as exc:  # protobuf raises DecodeError; its text is not for users
         raise bad(f"corrupt: manifest does not parse ({type(exc).__name__})") from None
+    if not manifest.models:
+        raise bad("holds no model (its manifest lists none)")
     blobs = {}
     area = memoryview(data)[end:]
     for ref in manifest.blobs:

@@ -111,7 +111,7 @@ def _check(data: np.ndarray, spec: model_pb2.InputSpec, dtype: str) -> np.ndarra
     if data.ndim > 1 and spec.input_type_rt != "nv12" and tuple(data.shape) != rt_shape(spec):
         raise InvalidInput(
             f"input '{spec.name}' has shape {list(data.shape)}, expected validShape "
-            f"{list(rt_shape(spec))} ({spec.input_layout_rt or 'nv12'})"
+            f"{list(rt_shape(spec))} ({spec.input_layout_rt or spec.input_type_rt})"
         )
     return data
 

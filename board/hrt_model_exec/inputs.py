@@ -1,5 +1,6 @@
 """Reading --input_file: raw .bin, .npy, .txt and .jpg/.jpeg/.png, into input_type_rt form."""
 import os
+import warnings
 from typing import List, Sequence
 
 import numpy as np
@@ -24,7 +25,7 @@ def read_image(path: str, spec: model_pb2.InputSpec) -> np.ndarray:
     try:
         with Image.open(path) as img:
             rgb = np.asarray(img.convert("RGB").resize((w, h), Image.BILINEAR))
-    except OSError as exc:
+    except (OSError, ValueError, SyntaxError, Image.DecompressionBombError) as exc:  # Pillow's decoders raise all of these
         raise InvalidInput(f"cannot decode image {path}: {exc}") from None
     return image_to_rt(rgb, spec)
 
@@ -39,11 +40,18 @@ def read_input(path: str, spec: model_pb2.InputSpec) -> np.ndarray:
     if suffix == ".npy":
         try:
             data = np.load(path, allow_pickle=False)
-        except ValueError as exc:
-            raise InvalidInput(f"{path} is not a plain .npy array: {exc}") from None
+        except (ValueError, EOFError, OSError) as exc:  # pickled, truncated or not .npy at all
+            raise InvalidInput(f"{path} is not a plain .npy array: {exc or type(exc).__name__}") from None
+        if not isinstance(data, np.ndarray):
+            raise InvalidInput(f"{path} is an .npz archive, not one .npy array")
         return data
     if suffix == ".txt":
-        data = np.loadtxt(path, dtype=dtype).reshape(-1)
+        try:
+            with warnings.catch_warnings():  # "input contained no data": the size check below says it better
+                warnings.simplefilter("ignore", UserWarning)
+                data = np.loadtxt(path, dtype=dtype, ndmin=1).reshape(-1)
+        except (ValueError, OverflowError) as exc:
+            raise InvalidInput(f"{path} is not a text file of {dtype.name} numbers: {str(exc)[:200]}") from None
     else:  # raw bytes, read as the input's dtype
         data = np.fromfile(path, dtype=np.uint8)
         if data.size % dtype.itemsize:

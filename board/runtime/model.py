@@ -16,6 +16,7 @@ from bpuemu.common.numerics import Dequantizer
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.runtime.profiler import FrameTimes
 from bpuemu.board.runtime.sessions import session_from_bytes
+from bpuemu.board.runtime.validate import check_plan
 
 Kind = model_pb2.PlanStep
 
@@ -92,6 +93,8 @@ class PreprocessStep(Step):
 
 def _build_step(spec, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int) -> Step:
     if spec.kind in (Kind.BPU_SUBGRAPH, Kind.CPU_OP, Kind.QUANTIZE):
+        if spec.blob not in blobs:
+            raise InvalidModelFile(f"step '{spec.name[:80]}' names no piece of the file (blob '{spec.blob[:80]}')")
         return OrtStep(spec, blobs[spec.blob], intra_op_threads)
     if spec.kind == Kind.DEQUANTIZE:
         return DequantizeStep(spec)
@@ -122,6 +125,7 @@ class LoadedModel(ModelDescription):
     def __init__(self, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int = 1):
         super().__init__(model)
         self.steps: List[Step] = [_build_step(s, model, blobs, intra_op_threads) for s in model.plan]
+        check_plan(model, self.steps)
         self._output_tensors = list(model.output_tensors) or self.output_names
 
     def _feed(self, inputs) -> Tensors:

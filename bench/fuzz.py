@@ -1,0 +1,119 @@
+#!/usr/bin/env python3
+"""Run the fuzz properties of tests/fuzz for a given time and print what was tried.
+
+    python bench/fuzz.py --minutes 5 [--only grpc_methods] [--seed 1]
+
+The properties are the ones CI runs with a fixed example budget (tests/fuzz:
+the `.bin` reader, the yaml loader, hrt_model_exec/hb_verifier input files,
+every gRPC method of a real hrt_boardd on loopback). Here each gets an equal
+share of the time, run in batches of fresh random examples until its share is
+used. Prints, per property: examples tried, failures found (distinct, after
+hypothesis shrank them) and the first line of each failure.
+"""
+import argparse
+import collections
+import logging
+import os
+import sys
+import tempfile
+import time
+import traceback
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+FUZZ = os.path.join(HERE, os.pardir, "tests", "fuzz")
+sys.path.insert(0, FUZZ)
+
+from hypothesis import HealthCheck, given, settings  # noqa: E402
+
+BATCH = 200
+
+
+def all_properties(tmp: str):
+    """name -> (strategy, check) of every fuzz property, with the resources they need (a daemon: started here)."""
+    from bpuemu.host.samples import sample_bin
+
+    import test_bin_reader
+    import test_daemon_grpc
+    import test_input_files
+    import test_yaml_loader
+
+    bins = {}
+    for kind in ("rgb", "nv12", "featuremap"):
+        bins[kind] = os.path.join(tmp, f"sample_{kind}.bin")
+        sample_bin(bins[kind], input_type_rt=kind, height=16, width=16)
+    props = {}
+    props.update(test_bin_reader.properties(bins["rgb"]))
+    props.update(test_yaml_loader.properties(os.path.join(tmp, "yaml")))
+    os.makedirs(os.path.join(tmp, "inputs"), exist_ok=True)
+    props.update(test_input_files.properties(os.path.join(tmp, "inputs"), bins))
+    daemon = test_daemon_grpc.start_fuzz_daemon(os.path.join(tmp, "boardd"))
+    target = test_daemon_grpc.Target(daemon, [bins["rgb"], bins["featuremap"]])
+    props.update(test_daemon_grpc.properties(target))
+    return props, (target, daemon)
+
+
+def run_for(strategy, check, seconds: float, seed: int):
+    """(examples tried, {failure line: count}) of ``check`` over ``strategy`` for about ``seconds``."""
+    tried = 0
+    failures = collections.Counter()
+    end = time.monotonic() + seconds
+
+    def counted(example):
+        nonlocal tried
+        tried += 1
+        check(example)
+
+    batch = 0
+    while time.monotonic() < end:
+        test = settings(max_examples=BATCH, deadline=None, database=None, derandomize=False,
+                        suppress_health_check=list(HealthCheck))(given(strategy)(counted))
+        test = settings_seed(test, seed * 100003 + batch)
+        batch += 1
+        try:
+            test()
+        except Exception as exc:  # a property failed: hypothesis shrank it and re-raised
+            line = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
+            failures[(line[0] if line else type(exc).__name__)[:300]] += 1
+    return tried, failures
+
+
+def settings_seed(test, seed: int):
+    from hypothesis import seed as hseed
+
+    return hseed(seed)(test)
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--minutes", type=float, default=1.0, help="total time, shared equally by the properties")
+    parser.add_argument("--only", default="", help="run only this property (names are printed)")
+    parser.add_argument("--seed", type=int, default=int(time.time()))
+    args = parser.parse_args()
+    logging.disable(logging.WARNING)
+    with tempfile.TemporaryDirectory(prefix="bpuemu-fuzz-") as tmp:
+        props, (target, daemon) = all_properties(tmp)
+        try:
+            names = [n for n in props if not args.only or n == args.only]
+            if not names:
+                print(f"no property {args.only!r}; there are: {', '.join(props)}")
+                return 2
+            share = args.minutes * 60 / len(names)
+            print(f"fuzzing {len(names)} properties for {args.minutes:g} min ({share:.0f} s each), seed {args.seed}")
+            total_failures = 0
+            print(f"{'property':28s} {'examples':>9s} {'failures':>9s}")
+            for name in names:
+                strategy, check = props[name]
+                tried, failures = run_for(strategy, check, share, args.seed)
+                total_failures += sum(failures.values())
+                print(f"{name:28s} {tried:9d} {sum(failures.values()):9d}", flush=True)
+                for line, count in failures.items():
+                    print(f"    {count}x {line}")
+            print(f"total failures: {total_failures}")
+        finally:
+            target.close()
+            daemon.stop()
+    return 1 if total_failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
