@@ -77,6 +77,28 @@ def test_video_range_equations_match_bt601():
     assert encoded[:, 1:].min() >= 16 and encoded[:, 1:].max() <= 240
 
 
+def test_a_yuv444_trained_model_gets_video_range_yuv_expanded_to_full_range():
+    from bpuemu.host.convert.preprocess import colour_matrix
+
+    yuv = video_yuv(COLOURS)
+    m, c = colour_matrix("yuv444", "yuv444", "bt601_video")
+    full = np.stack([(yuv[:, 0] - 16) * 255 / 219, (yuv[:, 1] - 128) * 255 / 224 + 128,
+                     (yuv[:, 2] - 128) * 255 / 224 + 128], axis=-1)
+    assert np.allclose(yuv @ m.T + c, full, atol=1e-6)
+    m, c = colour_matrix("nv12", "yuv444", "regular")
+    assert np.allclose(m, np.eye(3)) and np.allclose(c, 0)
+    # and calibration data (full-range YUV) is compressed into the video range the board will see
+    from bpuemu.common.proto import model_pb2
+    from bpuemu.host.convert.caldata import to_model_inputs
+
+    spec = model_pb2.InputSpec(name="data", input_type_rt="yuv444", input_layout_rt="NHWC",
+                               input_space_and_range="bt601_video", model_layout="NHWC", model_dtype="int8",
+                               model_shape=[1, 1, 1, 3], plan_tensor="data")
+    sample = np.array([0, 128, 255], np.uint8).reshape(1, 1, 1, 3)
+    feed = to_model_inputs({"data": sample}, [spec], {"data": ("yuv444", "NHWC")})["data"]
+    assert feed.reshape(-1).tolist() == [16 - 128, 128 - 128, 240 - 128]
+
+
 # --- makertbin, both ranges ----------------------------------------------------------------
 
 def _colour_model(path):
