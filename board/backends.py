@@ -25,8 +25,8 @@ import numpy as np
 from bpuemu.common.container import select_model
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
-from bpuemu.board.client import BoardClient, InferResult
-from bpuemu.board.runtime import LoadedModel, Runtime
+from bpuemu.board.client import BoardClient
+from bpuemu.board.runtime import InferResult, LoadedModel, Runtime, run_frames
 from bpuemu.board.runtime.model import ModelDescription
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport, run_perf
 
@@ -47,21 +47,10 @@ class LocalModel(ModelHandle):
         self.loaded = loaded
 
     def infer(self, inputs, frame_count=1, dump_intermediate=False):
-        latencies = []
-        for i in range(max(1, frame_count)):
-            t0 = time.perf_counter()
-            result = self.loaded.run(list(inputs), keep_intermediate=dump_intermediate and i == frame_count - 1)
-            latencies.append((time.perf_counter() - t0) * 1e3)
-        outputs, inter = result if dump_intermediate else (result, {})
-        return InferResult(dict(zip(self.output_names, outputs)), inter, latencies)
+        return run_frames(self.loaded, inputs, frame_count, dump_intermediate)
 
     def perf(self, config, inputs=(), progress=None):
-        if not inputs:
-            from bpuemu.common.input_types import random_rt_input
-
-            rng = np.random.default_rng(0)
-            inputs = [random_rt_input(s, rng) for s in self.model.input_specs]
-        return run_perf(self.loaded, list(inputs), config, progress=progress)
+        return run_perf(self.loaded, inputs, config, progress=progress)
 
 
 class RemoteModel(ModelHandle):
@@ -88,7 +77,7 @@ class Platform:
 
 
 def local_platform() -> Platform:
-    from bpuemu.board.convert import onnxruntime_version
+    from bpuemu.board.messages import onnxruntime_version
 
     return Platform(platform.machine(), onnxruntime_version())
 

@@ -24,8 +24,8 @@ import os
 import platform
 import socket
 import threading
-from dataclasses import dataclass, field
-from typing import Callable, Dict, Iterator, List, Optional, Sequence
+from dataclasses import dataclass
+from typing import Callable, Iterator, List, Optional, Sequence
 
 import grpc
 import numpy as np
@@ -43,7 +43,7 @@ from bpuemu.common.errors import (
     NotFound,
 )
 from bpuemu.common.proto import board_pb2, board_pb2_grpc, model_pb2
-from bpuemu.common.tensor import from_wire, to_wire
+from bpuemu.common.tensor import to_wire
 from bpuemu.common.version import API_VERSION, __version__
 from bpuemu.common.wire import (
     CHANNEL_OPTIONS,
@@ -59,7 +59,8 @@ from bpuemu.common.wire import (
     read_frame,
     split_target,
 )
-from bpuemu.board.convert import onnxruntime_version, perf_report_from_proto
+from bpuemu.board.messages import infer_request, infer_result, onnxruntime_version, perf_report_from_proto
+from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport
 from bpuemu.board.security import TlsConfig, client_token
 
@@ -75,13 +76,6 @@ class Deadlines:
     upload_bytes_per_s: float = 20e6
     perf_margin: float = 120.0
     perf_frame_budget_s: float = 1.0  # per frame per thread, for frame-bound perf
-
-
-@dataclass
-class InferResult:
-    outputs: Dict[str, np.ndarray]
-    intermediates: Dict[str, np.ndarray] = field(default_factory=dict)
-    latency_ms: List[float] = field(default_factory=list)
 
 
 class _DataChannel:
@@ -195,7 +189,7 @@ def round_robin_target(targets: Sequence[str]) -> str:
 
 
 class BoardClient:
-    def __init__(self, target: str, token: Optional[str] = None, deadlines: Deadlines = Deadlines(),
+    def __init__(self, target: str, token: Optional[str] = None, deadlines: Optional[Deadlines] = None,
                  client_name: str = "bpuemu", data_channel: bool = True, tls: Optional[TlsConfig] = None):
         targets = [t.strip() for t in target.split(",") if t.strip()] if "," in target else [target]
         if not targets:
@@ -212,7 +206,7 @@ class BoardClient:
             channel_target = round_robin_target(targets)
             options.append(("grpc.lb_policy_name", "round_robin"))
             data_channel = False
-        self.deadlines = deadlines
+        self.deadlines = deadlines or Deadlines()
         self.tls = tls
         self._metadata = ((TOKEN_METADATA_KEY, f"Bearer {token}"),) if token else ()
         if tls is not None:
@@ -310,21 +304,12 @@ class BoardClient:
 
     def infer(self, sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
               dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> InferResult:
-        names = list(input_names) or [f"input_{i}" for i in range(len(inputs))]
-        req = board_pb2.InferRequest(sha256=sha, model_name=model_name, dump_intermediate=dump_intermediate,
-                                     frame_count=frame_count, core_id=core_id)
-        for n, a in zip(names, inputs):
-            a = np.asarray(a)
-            req.inputs.add(name=n, dtype=a.dtype.name, shape=a.shape, data=a.tobytes())  # one copy, not two
+        req = infer_request(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
         timeout = self.deadlines.infer * max(1, frame_count)
         reply = self._infer_data_channel(req, timeout)
         if reply is None:
             reply = self._call("infer", self._stub.Infer, req, timeout)
-        return InferResult(
-            outputs={t.name: from_wire(t) for t in reply.outputs},
-            intermediates={t.name: from_wire(t) for t in reply.intermediates},
-            latency_ms=list(reply.latency_ms),
-        )
+        return infer_result(reply)
 
     def _infer_data_channel(self, req, timeout: float) -> Optional[board_pb2.InferReply]:
         """Infer over the data channel; None when it is not available (the caller uses gRPC)."""

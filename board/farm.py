@@ -39,7 +39,8 @@ from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.wire import join_target, split_target
 from bpuemu.board.backends import RemoteBackend
-from bpuemu.board.client import BoardClient, Deadlines, InferResult
+from bpuemu.board.client import BoardClient, Deadlines
+from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport
 from bpuemu.board.security import TlsConfig
 
@@ -164,7 +165,7 @@ class BoardPerf:
 
 
 def farm_perf(targets: Sequence[str], model_files: Sequence[str], model_name: str, config: PerfConfig,
-              inputs: Union[Sequence[np.ndarray], Callable] = (), access: BoardAccess = BoardAccess(),
+              inputs: Union[Sequence[np.ndarray], Callable] = (), access: Optional[BoardAccess] = None,
               progress: Optional[Callable[[str, int, int, float], None]] = None,
               cancel: Optional[threading.Event] = None) -> List[BoardOutcome[BoardPerf]]:
     """The same perf job on every board at once (each uploads and loads the model first).
@@ -174,6 +175,8 @@ def farm_perf(targets: Sequence[str], model_files: Sequence[str], model_name: st
     ``cancel`` stops every board's job (so does an interrupt of the caller).
     """
     cancel = cancel if cancel is not None else threading.Event()
+    access = access or BoardAccess()
+
     def one(target: str) -> BoardPerf:
         with RemoteBackend(target, model_files, access.token, access.tls) as backend:
             handle = backend.model(model_name)
@@ -219,7 +222,8 @@ def profile_dir(base: str, target: str) -> str:
 class FarmClient:
     """Every board of a farm: one client per board, plus one round-robin channel for infer."""
 
-    def __init__(self, targets: Sequence[str], access: BoardAccess = BoardAccess()):
+    def __init__(self, targets: Sequence[str], access: Optional[BoardAccess] = None):
+        access = access or BoardAccess()
         if not targets:
             raise InvalidInput("a farm needs at least one board")
         self.targets = list(targets)

@@ -4,7 +4,9 @@ import-linter (grimp) cannot see through the editable install's package-dir
 mapping, so the static check runs on a copy of the tree laid out as the
 installed package ``bpuemu/{common,board,host}``.
 """
+import ast
 import pathlib
+import re
 import shutil
 import subprocess
 import sys
@@ -67,3 +69,43 @@ def test_blocker_really_blocks():
     """The test above would notice an import: the blocker raises for host modules."""
     proc = subprocess.run([sys.executable, "-c", BLOCKER + "import bpuemu.host.samples"], capture_output=True, text=True)
     assert proc.returncode != 0 and "host-only" in proc.stderr
+
+
+#: The numerical core (DESIGN.md, "Numerical contract"): each function is defined once, in common/.
+NUMERICAL_CORE = {
+    "dequantize": "bpuemu.common.numerics",
+    "Dequantizer": "bpuemu.common.numerics",
+    "cosine_similarity": "bpuemu.common.compare",
+    "random_rt_inputs": "bpuemu.common.input_types",
+    "select_model": "bpuemu.common.container",
+}
+#: Re-implementations of that core, as they were once copied around the tree.
+COPIED_CORE = (
+    (re.compile(r"astype\(np\.int32\)\s*-"), "per-axis dequantize arithmetic"),
+    (re.compile(r"default_rng\(0\)"), "random inputs with seed 0"),
+    (re.compile(r"einsum\(\"i,i->\""), "cosine"),
+    (re.compile(r"choose one"), "choosing a model by name"),
+)
+
+
+def test_common_holds_the_numerical_core():
+    """Each piece of the numerical core is defined in common/ and nowhere in board/ or host/;
+    common/ imports neither board nor host (the import-linter contract holds that too)."""
+    import importlib
+
+    for name, module in NUMERICAL_CORE.items():
+        assert getattr(importlib.import_module(module), name).__module__ == module
+    for path in sorted((ROOT / "board").rglob("*.py")) + sorted((ROOT / "host").rglob("*.py")):
+        if path.name.endswith("_pb2.py") or path.name.endswith("_pb2_grpc.py"):
+            continue
+        tree = ast.parse(path.read_text(), str(path))
+        defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
+        assert not defined & (set(NUMERICAL_CORE) | {"cosine"}), f"{path} redefines {defined & set(NUMERICAL_CORE)}"
+        text = path.read_text()
+        for pattern, what in COPIED_CORE:
+            assert not pattern.search(text), f"{path.relative_to(ROOT)} re-implements {what}; use bpuemu.common"
+    for path in (ROOT / "common").rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) else []
+            assert not any(n.startswith(("bpuemu.board", "bpuemu.host")) for n in names), f"{path} imports {names}"

@@ -33,7 +33,7 @@ from typing import Optional
 from bpuemu.common.errors import BpuEmuError
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, INFER, REPLY, pack_frame, read_frame
-from bpuemu.board.daemon.service import run_infer
+from bpuemu.board.messages import request_inputs, infer_reply
 from bpuemu.board.daemon.state import BoardState
 
 log = logging.getLogger("bpuemu.board.daemon")
@@ -91,7 +91,9 @@ class _Handler(socketserver.BaseRequestHandler):
     def _infer(self, payload: bytes) -> bytes:
         try:
             request = board_pb2.InferRequest.FromString(payload)
-            return pack_frame(REPLY, run_infer(self.server.state, request).SerializeToString())
+            result = self.server.state.infer(request.sha256, request.model_name, request_inputs(request),
+                                             request.frame_count, request.dump_intermediate)
+            return pack_frame(REPLY, infer_reply(result).SerializeToString())
         except BpuEmuError as exc:
             return pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())
         except Exception as exc:  # a bug: report it like the gRPC interceptor does

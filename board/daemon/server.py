@@ -53,7 +53,7 @@ class BoardServer:
         self,
         listen: str,
         model_dir: str,
-        limits: Limits = Limits(),
+        limits: Optional[Limits] = None,
         token: Optional[str] = None,
         max_workers: int = 16,
         intra_op_threads: int = 1,

@@ -8,48 +8,15 @@ import queue
 import threading
 import time
 
-import numpy as np
-
 from bpuemu.common.errors import InvalidInput
-from bpuemu.common.input_types import random_rt_input
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
-from bpuemu.common.tensor import from_wire, to_wire
-from bpuemu.board.convert import local_board_info, perf_config_from_request, perf_report_to_proto
+from bpuemu.board.messages import (
+    infer_reply, local_board_info, perf_config_from_request, perf_report_to_proto, request_inputs,
+)
 from bpuemu.board.daemon.state import BoardState
 from bpuemu.board.runtime.perf import run_perf
 
 log = logging.getLogger("bpuemu.board.daemon")
-
-
-def run_infer(state: BoardState, request: board_pb2.InferRequest, is_active=lambda: True) -> board_pb2.InferReply:
-    """One infer request, from the gRPC Infer method or the data channel (counted in GetStats)."""
-    state.stats.add("infer_calls")
-    try:
-        return _infer(state, request, is_active)
-    except BaseException:
-        state.stats.add("infer_errors")
-        raise
-
-
-def _infer(state: BoardState, request: board_pb2.InferRequest, is_active) -> board_pb2.InferReply:
-    model = state.load(request.sha256).runtime.model(request.model_name)
-    inputs = [from_wire(t) for t in request.inputs]
-    frames = max(1, request.frame_count)
-    if frames > state.limits.max_frame_count:
-        raise InvalidInput(f"frame_count {frames} is over this board's limit of {state.limits.max_frame_count}")
-    reply = board_pb2.InferReply()
-    with state.job("infer"):
-        for i in range(frames):
-            t0 = time.perf_counter()
-            result = model.run(inputs, keep_intermediate=request.dump_intermediate and i == frames - 1)
-            reply.latency_ms.append((time.perf_counter() - t0) * 1e3)
-            state.stats.add("infer_frames")
-            if not is_active():
-                return reply
-    outputs, inter = result if request.dump_intermediate else (result, {})
-    reply.outputs.extend(to_wire(n, a) for n, a in zip(model.output_names, outputs))
-    reply.intermediates.extend(to_wire(n, a) for n, a in inter.items())
-    return reply
 
 
 class BoardService(board_pb2_grpc.BoardServicer):
@@ -110,17 +77,14 @@ class BoardService(board_pb2_grpc.BoardServicer):
         return board_pb2.ModelInfoReply(model=model)
 
     def Infer(self, request, context):
-        return run_infer(self.state, request, context.is_active)
+        return infer_reply(self.state.infer(request.sha256, request.model_name, request_inputs(request), request.frame_count,
+                                            request.dump_intermediate, context.is_active))
 
     def Perf(self, request, context):
         model = self.state.load(request.sha256).runtime.model(request.model_name)
         config = perf_config_from_request(request)
         config.validate(self.state.limits.max_frame_count, self.state.limits.max_perf_time_minutes)
-        if request.inputs:
-            inputs = [from_wire(t) for t in request.inputs]
-        else:
-            rng = np.random.default_rng(0)
-            inputs = [random_rt_input(s, rng) for s in model.model.input_specs]
+        inputs = request_inputs(request)  # none: the runtime's seeded random inputs
         events: "queue.Queue" = queue.Queue()
         outcome = {}
 

@@ -9,13 +9,15 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Dict, List
+from typing import Callable, Dict, List, Optional, Sequence
+
+import numpy as np
 
 from bpuemu.common.container import BinFile, decode_bin
-from bpuemu.common.errors import IncompatibleVersion, ResourceExhausted
+from bpuemu.common.errors import IncompatibleVersion, InvalidInput, ResourceExhausted
 from bpuemu.common.version import API_VERSION, __version__
 from bpuemu.board.daemon.store import ModelStore, check_sha
-from bpuemu.board.runtime import Runtime
+from bpuemu.board.runtime import InferResult, Runtime, run_frames
 
 log = logging.getLogger("bpuemu.board.daemon")
 
@@ -65,8 +67,8 @@ class LoadedFile:
 
 
 class BoardState:
-    def __init__(self, model_dir: str, limits: Limits = Limits(), intra_op_threads: int = 1):
-        self.limits = limits
+    def __init__(self, model_dir: str, limits: Optional[Limits] = None, intra_op_threads: int = 1):
+        self.limits = limits = limits or Limits()
         self.store = ModelStore(model_dir, limits.max_model_bytes, limits.max_uploads)
         self.intra_op_threads = intra_op_threads
         self._loaded: Dict[str, LoadedFile] = {}
@@ -111,6 +113,23 @@ class BoardState:
         with self._lock:
             lf = self._loaded.get(sha)
         return lf.runtime.model_names if lf else []
+
+    def infer(self, sha: str, model_name: str, inputs: Sequence[np.ndarray], frame_count: int = 1,
+              dump_intermediate: bool = False, is_active: Optional[Callable[[], bool]] = None) -> InferResult:
+        """One infer call (the gRPC Infer method or the data channel): in a job slot,
+        within the frame limit, counted in GetStats."""
+        self.stats.add("infer_calls")
+        try:
+            model = self.load(sha).runtime.model(model_name)
+            frames = max(1, frame_count)
+            if frames > self.limits.max_frame_count:
+                raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.limits.max_frame_count}")
+            with self.job("infer"):
+                return run_frames(model, inputs, frames, dump_intermediate, is_active,
+                                  on_frame=lambda: self.stats.add("infer_frames"))
+        except BaseException:
+            self.stats.add("infer_errors")
+            raise
 
     @contextmanager
     def job(self, what: str):

@@ -6,7 +6,7 @@ thread-safe: each call keeps its tensors in its own table, and onnxruntime
 sessions are safe to run concurrently.
 """
 import time
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 

@@ -9,11 +9,12 @@ percentiles, and, when profiling, profiler.log and profiler.csv.
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Sequence
 
 import numpy as np
 
 from bpuemu.common.errors import BpuEmuError, Cancelled, InvalidInput
+from bpuemu.common.input_types import random_rt_inputs
 from bpuemu.board.runtime.model import LoadedModel
 from bpuemu.board.runtime.profiler import FrameTimes, Profiler
 
@@ -79,14 +80,18 @@ ProgressFn = Callable[[int, int, float], None]
 
 def run_perf(
     model: LoadedModel,
-    inputs: List[np.ndarray],
+    inputs: Sequence[np.ndarray],
     config: PerfConfig,
     progress: Optional[ProgressFn] = None,
     cancelled: Optional[Callable[[], bool]] = None,
     progress_interval_s: float = 0.25,
 ) -> PerfReport:
-    """Run a perf job and return its report. Raises Cancelled when asked to stop."""
+    """Run a perf job and return its report. Raises Cancelled when asked to stop.
+
+    With no ``inputs``, every frame runs the same seeded random inputs.
+    """
     config.validate()
+    inputs = list(inputs) or random_rt_inputs(model.model.input_specs)
     time_bound = config.perf_time_minutes > 0
     total = 0 if time_bound else config.frame_count
     deadline_ns = time.perf_counter_ns() + int(config.perf_time_minutes * 60e9) if time_bound else 0

@@ -10,6 +10,8 @@ from typing import TYPE_CHECKING, Dict, List, Optional, Tuple
 
 import numpy as np
 
+from bpuemu.common.numerics import dequantize
+
 if TYPE_CHECKING:  # pragma: no cover
     from bpuemu.host.quant.marking import QuantPlan
     from bpuemu.host.quant.options import QuantOptions
@@ -92,9 +94,7 @@ class WeightQuant:
         return (self.scale * 127).astype(np.float32)
 
     def dequantized(self) -> np.ndarray:
-        shape = [1] * self.quantized.ndim
-        shape[self.axis] = self.scale.size
-        return self.quantized.astype(np.float32) * self.scale.reshape(shape)
+        return dequantize(self.quantized, self.scale, None, self.axis)
 
 
 def quantize_weight(tensor: str, w: np.ndarray, axis: int) -> WeightQuant:

@@ -12,7 +12,7 @@ import onnxruntime as ort
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bpuemu.board.runtime import LoadedModel, Runtime
+from bpuemu.board.runtime import LoadedModel, Runtime, run_frames
 from bpuemu.board.runtime.model import DequantizeStep
 from bpuemu.board.runtime.sessions import SESSION_CONFIG, session_options
 from bpuemu.common.container import read_bin
@@ -412,3 +412,23 @@ def test_runtime_and_references_share_session_options():
         assert opts.get_session_config_entry(key) == value
     assert SESSION_CONFIG["session.disable_quant_qdq"] == "1"
     assert opts.intra_op_num_threads == 1
+
+
+# --- the frame loop (hrt_model_exec infer in-process, the daemon's Infer and data channel) -----------
+
+def test_run_frames_returns_the_last_frame_and_every_latency(cpu_middle, rng):
+    model = load(cpu_middle.path)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    frames = []
+    result = run_frames(model, [x], frame_count=3, dump_intermediate=True, on_frame=lambda: frames.append(1))
+    assert len(result.latency_ms) == 3 and len(frames) == 3 and all(t > 0 for t in result.latency_ms)
+    assert list(result.outputs) == model.output_names
+    assert_bit_exact(list(result.outputs.values()), model.run([x]))
+    assert result.intermediates and not any(k.startswith("rt:") for k in result.intermediates)
+
+
+def test_run_frames_stops_when_the_caller_goes_away(cpu_middle, rng):
+    model = load(cpu_middle.path)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    result = run_frames(model, [x], frame_count=50, is_active=lambda: False)
+    assert len(result.latency_ms) == 1 and result.outputs == {}
