@@ -82,7 +82,7 @@ NUMERICAL_CORE = {
 #: Re-implementations of that core, as they were once copied around the tree.
 COPIED_CORE = (
     (re.compile(r"astype\(np\.int32\)\s*-"), "per-axis dequantize arithmetic"),
-    (re.compile(r"default_rng\(0\)"), "random inputs with seed 0"),
+    (re.compile(r"random_rt_input\("), "random inputs with seed 0 (random_rt_inputs)"),
     (re.compile(r"einsum\(\"i,i->\""), "cosine"),
     (re.compile(r"choose one"), "choosing a model by name"),
 )
