@@ -134,6 +134,15 @@ def convert_net(net: CaffeNet, input_shapes: Optional[Dict[str, Tuple[int, ...]]
     outputs = {b: t for b, t in outputs.items() if t not in {vi.name for vi in graph.inputs}}
     if not outputs:
         raise InvalidInput("the Caffe net has no output blob")
+    constants = graph.constants()
+    for blob in [b for b, t in outputs.items() if t in constants]:
+        # A runtime output must be computed; the priors are known before any input arrives.
+        log.warning("output %s is a constant (e.g. SSD's prior boxes for this input size), not something the model "
+                    "computes: it is left out of the model; the application computes it "
+                    "(bpuemu.host.caffe.layers.prior_boxes gives the same values)", blob)
+        del outputs[blob]
+    if not outputs:
+        raise InvalidInput("the Caffe net has no output that depends on its input")
     model = graph.model(list(outputs.values()))
     _name_outputs_after_blobs(model, outputs, graph)
     onnx.checker.check_model(model)

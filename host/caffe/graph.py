@@ -71,6 +71,9 @@ class Graph:
         self.shapes[name] = tuple(np.shape(value))
         return name
 
+    def constants(self) -> Dict[str, np.ndarray]:
+        return {t.name: numpy_helper.to_array(t) for t in self.initializers}
+
     def add_node(self, op: str, inputs: Sequence[str], outputs: Sequence[str], name: str, **attrs) -> onnx.NodeProto:
         node = helper.make_node(op, list(inputs), list(outputs), name=self.unique(name, self._node_names), **attrs)
         self.nodes.append(node)
@@ -80,9 +83,19 @@ class Graph:
             self.producer[t] = node
         return node
 
+    def _live(self, outputs: Sequence[str]):
+        """Nodes and initializers the outputs depend on (SSD's feature maps feeding only PriorBox are not)."""
+        needed, nodes = set(outputs), []
+        for node in reversed(self.nodes):
+            if needed & set(node.output):
+                nodes.append(node)
+                needed |= set(node.input)
+        return nodes[::-1], [t for t in self.initializers if t.name in needed]
+
     def model(self, outputs: Sequence[str]) -> onnx.ModelProto:
         outs = [helper.make_tensor_value_info(t, TensorProto.FLOAT, list(self.shapes[t])) for t in outputs]
-        graph = helper.make_graph(self.nodes, self.name or "caffe_net", self.inputs, outs, self.initializers)
+        nodes, initializers = self._live(outputs)
+        graph = helper.make_graph(nodes, self.name or "caffe_net", self.inputs, outs, initializers)
         model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", OPSET)], producer_name="bpuemu-caffe")
         model.ir_version = 6  # what opset 11 tools expect (the seeds document ir_version <= 7)
         return model

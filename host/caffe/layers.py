@@ -15,6 +15,8 @@ are handled here, next to the layer they belong to:
   after the first axis (the seed: "Softmax layer defaults to axis=1, while
   ArgMax layer defaults to axis=0").
 * Dropout and Split are identities at inference: their tops alias the bottom.
+* SSD's PriorBox depends only on shapes: its boxes are computed here, a
+  constant (a Concat of constants is folded too).
 """
 import math
 from typing import Callable, Dict, List, Sequence
@@ -29,7 +31,7 @@ Converter = Callable[[LayerContext], None]
 CONVERTERS: Dict[str, Converter] = {}
 
 #: Layers the BPU toolchain leaves to the application (post-processing).
-POSTPROCESS_LAYERS = ("PriorBox", "DetectionOutput", "Proposal", "Python", "YoloDetectionOutput")
+POSTPROCESS_LAYERS = ("DetectionOutput", "Proposal", "Python", "YoloDetectionOutput")
 
 
 def converts(*types: str):
@@ -327,6 +329,57 @@ def normalize(ctx: LayerContext) -> None:
     ctx.top(ctx.emit("Mul", [x, ctx.const("scale", scale)], shape))
 
 
+# --- SSD ------------------------------------------------------------------------------------------
+
+def _aspect_ratios(p) -> List[float]:
+    ratios = [1.0]
+    for ar in p.aspect_ratio:
+        if all(abs(ar - r) > 1e-6 for r in ratios):
+            ratios.append(float(ar))
+            if p.flip:
+                ratios.append(1.0 / float(ar))
+    return ratios
+
+
+def prior_boxes(p: caffe_pb2.PriorBoxParameter, layer_hw, image_hw) -> np.ndarray:
+    """SSD's PriorBoxLayer::Forward_cpu: (1, 2, H*W*priors*4), boxes then their variances."""
+    (lh, lw), (ih, iw) = layer_hw, image_hw
+    img_h = p.img_h or p.img_size or ih
+    img_w = p.img_w or p.img_size or iw
+    step_h = p.step_h or p.step or img_h / lh
+    step_w = p.step_w or p.step or img_w / lw
+    boxes = []
+    for h in range(lh):
+        for w in range(lw):
+            cx, cy = (w + p.offset) * step_w, (h + p.offset) * step_h
+            for s, min_size in enumerate(p.min_size):
+                sizes = [(min_size, min_size)]
+                if len(p.max_size) > s:
+                    side = float(np.sqrt(min_size * p.max_size[s]))
+                    sizes.append((side, side))
+                sizes += [(min_size * np.sqrt(ar), min_size / np.sqrt(ar)) for ar in _aspect_ratios(p)[1:]]
+                boxes += [((cx - bw / 2) / img_w, (cy - bh / 2) / img_h, (cx + bw / 2) / img_w, (cy + bh / 2) / img_h)
+                          for bw, bh in sizes]
+    top = np.asarray(boxes, np.float32).reshape(-1)
+    if p.clip:
+        top = np.clip(top, 0.0, 1.0)
+    variance = list(p.variance) or [0.1]
+    variances = np.tile(np.asarray(variance if len(variance) == 4 else variance[:1] * 4, np.float32), top.size // 4)
+    return np.stack([top, variances])[None]
+
+
+@converts("PriorBox")
+def prior_box(ctx: LayerContext) -> None:
+    """A constant for a fixed input size: computed here, nothing for the BPU or CPU to run."""
+    p = ctx.layer.prior_box_param
+    if not p.min_size:
+        raise ctx.error("prior_box_param gives no min_size")
+    if len(ctx.inputs) < 2 and not (p.img_size or (p.img_h and p.img_w)):
+        raise ctx.error("PriorBox needs the image blob as second bottom, or img_size / img_h and img_w")
+    image_hw = ctx.shape(ctx.inputs[1])[2:] if len(ctx.inputs) > 1 else (0, 0)
+    ctx.top(ctx.const("priors", prior_boxes(p, ctx.shape()[2:], image_hw)))
+
+
 # --- element-wise and structure -------------------------------------------------------------------
 
 @converts("Eltwise")
@@ -359,6 +412,10 @@ def concat(ctx: LayerContext) -> None:
     out[axis] = sum(s[axis] for s in shapes)
     if len(ctx.inputs) == 1:
         ctx.top(ctx.x)
+        return
+    constants = ctx.graph.constants()
+    if all(t in constants for t in ctx.inputs):  # SSD's mbox_priorbox: priors of every feature map
+        ctx.top(ctx.const("value", np.concatenate([constants[t] for t in ctx.inputs], axis=axis)))
         return
     ctx.top(ctx.emit("Concat", ctx.inputs, tuple(out), axis=axis))
 

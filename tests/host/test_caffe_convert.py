@@ -111,6 +111,39 @@ def test_ssd_normalize(tmp_path, rng, across_spatial, channel_shared):
     _compare(tmp_path, b, _image(rng, (1, 4, 5, 5)))
 
 
+def test_ssd_prior_boxes_are_a_constant(tmp_path, rng, caplog):
+    """PriorBox (max_size, flipped ratios, clip, 4 variances; explicit step and offset) equals OpenCV's; as a net
+    output it is left out (a constant is not something the board computes), a warning says so."""
+    from bpuemu.host.caffe.layers import prior_boxes
+    from bpuemu.host.caffe.reader import load_net
+
+    b = CaffeNetBuilder()
+    b.input("data", (1, 3, 30, 40))
+    b.layer("f1", "Pooling", "data", pooling_param={"pool": 0, "kernel_size": 2, "stride": 2})
+    b.layer("f2", "Pooling", "f1", pooling_param={"pool": 0, "kernel_size": 3, "stride": 3})
+    b.layer("p1", "PriorBox", ["f1", "data"], prior_box_param={
+        "min_size": [6.0], "max_size": [12.0], "aspect_ratio": [2.0], "flip": True, "clip": True,
+        "variance": [0.1, 0.1, 0.2, 0.2]})
+    b.layer("p2", "PriorBox", ["f2", "data"], prior_box_param={
+        "min_size": [12.0, 20.0], "aspect_ratio": [2.0, 3.0], "flip": False, "clip": False, "variance": [0.1],
+        "step": 8.0, "offset": 0.25})
+    b.layer("mbox_priorbox", "Concat", ["p1", "p2"], concat_param={"axis": 2})
+    b.layer("head", "Convolution", "f2", blobs=[b.randn(2, 3, 1, 1)], convolution_param={"num_output": 2,
+                                                                                          "kernel_size": [1], "bias_term": False})
+    proto, weights = b.write(str(tmp_path))
+    x = _image(rng, (1, 3, 30, 40))
+    net = load_net(proto, weights)
+    params = {layer.name: layer.prior_box_param for layer in net.layers if layer.type == "PriorBox"}
+    for name, feature_hw in (("p1", (15, 20)), ("p2", (5, 7))):  # f2: Caffe rounds 17/3 up
+        ours = prior_boxes(params[name], feature_hw, (30, 40))
+        assert relative_diff(ours, opencv_forward(proto, weights, x, [name])[0]) <= 1e-6, name
+    with caplog.at_level("WARNING"):
+        model = caffe_to_onnx(proto, weights)
+    assert [o.name for o in model.graph.output] == ["head"]
+    assert "output mbox_priorbox is a constant" in caplog.text
+    assert [n.op_type for n in model.graph.node] == ["MaxPool", "MaxPool", "Conv"]
+
+
 def test_lrn_k_is_the_bias(tmp_path, rng):
     """Caffe's across-channel LRN: x / (k + alpha/n * sum of squares over n channels)^beta.
 
@@ -183,12 +216,12 @@ def test_every_unsupported_layer_is_named_at_once(tmp_path):
     b.layer("Convolution1", "Convolution", "data", blobs=[b.randn(4, 3, 1, 1)],
             convolution_param={"num_output": 4, "kernel_size": [1], "bias_term": False})
     b.layer("accuracy", "Accuracy", "Convolution1")
-    b.layer("mbox_priorbox", "PriorBox", ["Convolution1", "data"])
+    b.layer("detection_out", "DetectionOutput", ["Convolution1", "data"])
     proto, weights = b.write(str(tmp_path))
     with pytest.raises(UnsupportedLayers) as e:
         caffe_to_onnx(proto, weights)
     assert str(e.value).splitlines()[:2] == ["Not support layer name=accuracy type=Accuracy",
-                                             "Not support layer name=mbox_priorbox type=PriorBox"]
+                                             "Not support layer name=detection_out type=DetectionOutput"]
     assert "output_nodes" in e.value.hint
     # The documented recipe: cut before the post-processing layers with output_nodes.
     model = caffe_to_onnx(proto, weights, output_nodes=["Convolution1"])

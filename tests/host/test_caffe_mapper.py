@@ -1,4 +1,8 @@
-"""hb_mapper with small Caffe nets: --fast-perf, the output_nodes recipe for SSD's post-processing, yaml messages."""
+"""hb_mapper with small Caffe nets: --fast-perf, the output_nodes recipe for SSD's post-processing, yaml messages.
+
+SSD's PriorBox converts (its boxes are a constant for a fixed input size);
+DetectionOutput (decoding + NMS) is the application's and is refused by name.
+"""
 import os
 import subprocess
 import sys
@@ -30,7 +34,8 @@ def _ssd_like(directory):
     b.layer("mbox_conf", "Convolution", "conv1", blobs=[b.randn(6, 8, 3, 3), b.randn(6)],
             convolution_param={"num_output": 6, "kernel_size": [3], "pad": [1]})
     b.layer("mbox_conf_flat", "Flatten", "mbox_conf")
-    b.layer("mbox_priorbox", "PriorBox", ["conv1", "data"])
+    b.layer("mbox_priorbox", "PriorBox", ["conv1", "data"], prior_box_param={"min_size": [4.0], "max_size": [8.0],
+                                                                          "variance": [0.1, 0.1, 0.2, 0.2]})
     b.layer("detection_out", "DetectionOutput", ["mbox_loc_flat", "mbox_conf_flat", "mbox_priorbox"])
     return b.write(str(directory), "ssd_like")
 
@@ -52,17 +57,17 @@ def test_ssd_post_processing_is_refused_by_name_then_cut_with_output_nodes(tmp_p
     proto, weights = _ssd_like(tmp_path)
     proc = _hb_mapper(tmp_path, "makertbin", "--config", _config(tmp_path, proto, weights), "--model-type", "caffe")
     assert proc.returncode != 0
-    assert "ERROR Not support layer name=mbox_priorbox type=PriorBox" in proc.stderr
     assert "ERROR Not support layer name=detection_out type=DetectionOutput" in proc.stderr
+    assert "PriorBox" not in proc.stderr
     assert "output_nodes" in proc.stderr  # the hint names the recipe
-    # The recipe: keep the two heads; PriorBox and DetectionOutput run in the application.
-    config = _config(tmp_path, proto, weights, output_nodes="mbox_loc_flat;mbox_conf_flat")
+    # The recipe: keep the heads and the priors; DetectionOutput runs in the application.
+    config = _config(tmp_path, proto, weights, output_nodes="mbox_loc_flat;mbox_conf_flat;mbox_priorbox")
     proc = _hb_mapper(tmp_path, "makertbin", "--config", config, "--model-type", "caffe")
     assert proc.returncode == 0, proc.stderr
     original = onnx.load(str(tmp_path / "model_output" / "ssd_like_original_float_model.onnx"))
     assert [o.name for o in original.graph.output] == ["mbox_loc_flat", "mbox_conf_flat"]
     assert "HzPreprocess" in [n.name for n in original.graph.node]
-    assert (tmp_path / "model_output" / "ssd_like.bin").is_file()
+    assert "output mbox_priorbox is a constant" in proc.stderr  # the application computes the priors
 
 
 def test_fast_perf_and_missing_yaml_keys(tmp_path):
@@ -70,7 +75,7 @@ def test_fast_perf_and_missing_yaml_keys(tmp_path):
     proc = _hb_mapper(tmp_path, "makertbin", "--fast-perf", "--model", weights, "--model-type", "caffe", "--proto", proto,
                       "--march", "bayes-e")
     # fast-perf converts the whole net: the post-processing layers are named
-    assert proc.returncode != 0 and "Not support layer name=mbox_priorbox type=PriorBox" in proc.stderr
+    assert proc.returncode != 0 and "Not support layer name=detection_out type=DetectionOutput" in proc.stderr
     b = CaffeNetBuilder("small")
     b.input("data", (1, 3, 8, 8))
     b.layer("conv", "Convolution", "data", blobs=[b.randn(4, 3, 3, 3), b.randn(4)],
