@@ -80,11 +80,32 @@ def all_but(cm: CalibratedModel, disabled: Sequence[str]) -> List[str]:
     return [c for c in cm.calibrations if c not in off]
 
 
+RELU_LIKE = ("Relu", "Clip")
+
+
 def node_tensors(cm: CalibratedModel) -> List[tuple]:
     """(node, tensor) for every ordinary node whose (observed) first output is a float tensor,
-    in topological order: the x-axis of the cumulative error curves."""
-    return [(n.name, cm.observed[n.name]) for n in cm.ordinary
-            if n.name in cm.observed and cm.is_float(cm.observed[n.name])]
+    in topological order: the x-axis of the cumulative error curves.
+
+    A node whose only reader is a Relu/Clip is read at that activation's output:
+    the BPU computes the pair as one op, and the node's own output is quantized
+    with the activation's range, so alone it would look broken (negatives
+    clipped) where nothing is lost (as makertbin's cosine table does).
+    """
+    readers: Dict[str, List[str]] = {}
+    for n in cm.ordinary:
+        for i in n.input:
+            readers.setdefault(i, []).append(n.name)
+    out = []
+    for n in cm.ordinary:
+        t = cm.observed.get(n.name)
+        if t is None or not cm.is_float(t):
+            continue
+        r = readers.get(t, [])
+        if len(r) == 1 and cm.by_name[r[0]].op_type in RELU_LIKE and r[0] in cm.observed:
+            t = cm.observed[r[0]]
+        out.append((n.name, t))
+    return out
 
 
 def tensor_curves(cm: CalibratedModel, samples: Sequence[Sample], candidates: Dict[str, Optional[Sequence[str]]],

@@ -67,6 +67,40 @@ def tail_nodes(cm: CalibratedModel) -> set:
     return tails
 
 
+def remedies(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str, float]]],
+             nodes: Sequence[str]) -> Dict[str, str]:
+    """node -> 'int16' or 'cpu', the seed's two remedies, chosen per node:
+
+    * a tail node (nothing active after it) -> the CPU, in float (the seed's advice for tail ops);
+    * a node whose *weight* calibration costs more than its input activations' ->
+      the CPU too: X5 int16 widens activations only, weights stay int8;
+    * otherwise -> int16 inputs and output (node_info InputType/OutputType).
+
+    ``sensitivity`` holds the 'weight' and 'activation' tables (cosine-similarity)
+    as runall computes them; without them every non-tail node gets int16.
+    """
+    cos = METRICS["cosine-similarity"].name
+    tails = tail_nodes(cm)
+    weights = sensitivity.get("weight", {})
+    acts = sensitivity.get("activation", {})
+    out = {}
+    for n in nodes:
+        if n in tails:
+            out[n] = "cpu"
+            continue
+        mine = cm.calibrations_of(n)
+        w = [weights[c][cos] for c in mine if c in weights and cos in weights[c]]
+        a = [acts[c][cos] for c in mine if c in acts and cos in acts[c]]
+        out[n] = "cpu" if w and (not a or min(w) < min(a)) else "int16"
+    return out
+
+
+def node_info_yaml(choice: Dict[str, str]) -> str:
+    return "node_info: {" + ", ".join(
+        f"{n}: {{'ON': 'CPU'}}" if how == "cpu" else f"{n}: {{'InputType': 'int16', 'OutputType': 'int16'}}"
+        for n, how in choice.items()) + "}"
+
+
 def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> List[str]:
     out = []
     for f in res.joins:
@@ -76,17 +110,15 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
     cos = METRICS["cosine-similarity"].name
     sensitive = [n for n, v in nodes.items() if cos in v and v[cos] < pick_threshold][:TOP]
     if sensitive:
+        choice = remedies(cm, res.sensitivity, sensitive)
         tails = tail_nodes(cm)
-        int16 = [n for n in sensitive if n not in tails]
-        cpu = [n for n in sensitive if n in tails]
-        if int16:
-            out.append("most quantization-sensitive nodes: " + ", ".join(f"{n} ({nodes[n][cos]:.5f})" for n in int16) +
-                       "; compute them in int16: node_info: {" +
-                       ", ".join(f"{n}: {{'InputType': 'int16', 'OutputType': 'int16'}}" for n in int16) + "}")
-        if cpu:
-            out.append("sensitive tail nodes (no Conv/Gemm/MatMul after them): " +
-                       ", ".join(f"{n} ({nodes[n][cos]:.5f})" for n in cpu) + "; run them on the CPU in float: node_info: {" +
-                       ", ".join(f"{n}: {{'ON': 'CPU'}}" for n in cpu) + "}")
+
+        def why(n):
+            if choice[n] == "int16":
+                return "activations"
+            return "tail node" if n in tails else "weights: X5 int16 keeps weights int8"
+        out.append("most quantization-sensitive nodes: " + ", ".join(
+            f"{n} ({nodes[n][cos]:.5f}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
     ends = {k: list(v.values())[-1] for k, v in res.acc_error.items() if v}
     if "weight" in ends and "activation" in ends:
         worse = "activation" if ends["activation"] < ends["weight"] else "weight"
