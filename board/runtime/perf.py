@@ -9,11 +9,11 @@ percentiles, and, when profiling, profiler.log and profiler.csv.
 import threading
 import time
 from dataclasses import dataclass
-from typing import Callable, List, Optional, Sequence
+from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bpuemu.common.errors import BpuEmuError, Cancelled, InvalidInput
+from bpuemu.common.errors import Cancelled, InvalidInput
 from bpuemu.common.input_types import random_rt_inputs
 from bpuemu.board.runtime.model import LoadedModel
 from bpuemu.board.runtime.profiler import FrameTimes, Profiler
@@ -92,72 +92,93 @@ def run_perf(
     """
     config.validate()
     inputs = list(inputs) or random_rt_inputs(model.model.input_specs)
-    time_bound = config.perf_time_minutes > 0
-    total = 0 if time_bound else config.frame_count
-    deadline_ns = time.perf_counter_ns() + int(config.perf_time_minutes * 60e9) if time_bound else 0
     profiler = Profiler() if config.profile else None
-    lock = threading.Lock()
-    latencies: List[float] = []
-    state = {"next": 0, "error": None, "stop": False}
+    job = _FrameScheduler(model, inputs, config, profiler)
+    run_time_ms = job.run(progress, cancelled, progress_interval_s)
+    report = _statistics(model.name, config, job.latencies, run_time_ms)
+    if profiler:
+        report.profiler_log, report.profiler_csv = _profiler_files(profiler, report, config)
+    return report
 
-    def claim() -> bool:
-        with lock:
-            if state["stop"] or state["error"] is not None:
+
+class _FrameScheduler:
+    """thread_num workers take frame numbers until frame_count (or perf_time) is reached."""
+
+    def __init__(self, model: LoadedModel, inputs: List[np.ndarray], config: PerfConfig, profiler: Optional[Profiler]):
+        self.model, self.inputs, self.profiler = model, inputs, profiler
+        self.thread_num = config.thread_num
+        self.time_bound = config.perf_time_minutes > 0
+        self.total = 0 if self.time_bound else config.frame_count
+        self.deadline_ns = time.perf_counter_ns() + int(config.perf_time_minutes * 60e9) if self.time_bound else 0
+        self.lock = threading.Lock()
+        self.latencies: List[float] = []
+        self.next = 0
+        self.error: Optional[BaseException] = None
+        self.stop = False
+
+    def claim(self) -> bool:
+        """The next frame number, if there is one to run."""
+        with self.lock:
+            if self.stop or self.error is not None:
                 return False
-            if time_bound:
-                if time.perf_counter_ns() >= deadline_ns:
+            if self.time_bound:
+                if time.perf_counter_ns() >= self.deadline_ns:
                     return False
-            elif state["next"] >= total:
+            elif self.next >= self.total:
                 return False
-            state["next"] += 1
+            self.next += 1
             return True
 
-    def worker() -> None:
+    def worker(self) -> None:
         try:
-            while claim():
+            while self.claim():
                 submitted = time.perf_counter_ns()
-                times = FrameTimes() if profiler else None
-                model.run(inputs, times=times, submitted_ns=submitted)
+                times = FrameTimes() if self.profiler else None
+                self.model.run(self.inputs, times=times, submitted_ns=submitted)
                 latency = (time.perf_counter_ns() - submitted) / 1e6
-                with lock:
-                    latencies.append(latency)
-                if profiler:
-                    profiler.add_frame(times)
-        except BaseException as exc:  # handed to the caller's thread below
-            with lock:
-                if state["error"] is None:
-                    state["error"] = exc
+                with self.lock:
+                    self.latencies.append(latency)
+                if self.profiler:
+                    self.profiler.add_frame(times)
+        except BaseException as exc:  # handed to the caller's thread by run()
+            with self.lock:
+                if self.error is None:
+                    self.error = exc
 
-    threads = [threading.Thread(target=worker, name=f"perf-{i}", daemon=True) for i in range(config.thread_num)]
-    start = time.perf_counter_ns()
-    for t in threads:
-        t.start()
-    while any(t.is_alive() for t in threads):
-        threads[0].join(progress_interval_s) if threads[0].is_alive() else time.sleep(0.01)
-        if cancelled is not None and cancelled():
-            with lock:
-                state["stop"] = True
+    def run(self, progress: Optional[ProgressFn], cancelled: Optional[Callable[[], bool]], interval_s: float) -> float:
+        """Run every frame; returns the run time in ms. Re-raises a worker's error; Cancelled when asked to stop."""
+        threads = [threading.Thread(target=self.worker, name=f"perf-{i}", daemon=True) for i in range(self.thread_num)]
+        start = time.perf_counter_ns()
+        for t in threads:
+            t.start()
+        while any(t.is_alive() for t in threads):
+            threads[0].join(interval_s) if threads[0].is_alive() else time.sleep(0.01)
+            if cancelled is not None and cancelled():
+                with self.lock:
+                    self.stop = True
+            if progress is not None:
+                with self.lock:
+                    done = len(self.latencies)
+                progress(done, self.total, (time.perf_counter_ns() - start) / 1e9)
+        run_time_ms = (time.perf_counter_ns() - start) / 1e6
+        if self.error is not None:
+            raise self.error
+        if self.stop:
+            raise Cancelled(f"perf on '{self.model.name}' cancelled after {len(self.latencies)} frames")
         if progress is not None:
-            with lock:
-                done = len(latencies)
-            progress(done, total, (time.perf_counter_ns() - start) / 1e9)
-    run_time_ms = (time.perf_counter_ns() - start) / 1e6
-    if state["error"] is not None:
-        err = state["error"]
-        if isinstance(err, BpuEmuError):
-            raise err
-        raise err
-    if state["stop"]:
-        raise Cancelled(f"perf on '{model.name}' cancelled after {len(latencies)} frames")
-    if progress is not None:
-        # The final count: a job can end between two ticks, or before the first one.
-        progress(len(latencies), total, run_time_ms / 1e3)
+            # The final count: a job can end between two ticks, or before the first one.
+            progress(len(self.latencies), self.total, run_time_ms / 1e3)
+        return run_time_ms
+
+
+def _statistics(model_name: str, config: PerfConfig, latencies: List[float], run_time_ms: float) -> PerfReport:
+    """Frame rate, total/average latency and percentiles of one run."""
     lat = np.asarray(latencies, dtype=np.float64)
     n = len(lat)
     total_latency = float(lat.sum())
     p50, p90, p99 = (float(np.percentile(lat, q)) for q in (50, 90, 99)) if n else (0.0, 0.0, 0.0)
-    report = PerfReport(
-        model_name=model.name,
+    return PerfReport(
+        model_name=model_name,
         thread_num=config.thread_num,
         frame_count=n,
         core_id=config.core_id,
@@ -169,16 +190,18 @@ def run_perf(
         p90_ms=p90,
         p99_ms=p99,
     )
-    if profiler:
-        report.profiler_log = profiler.profiler_log(
-            {"FPS": report.fps, "average_latency": report.average_latency_ms},
-            {
-                "core_id": config.core_id,
-                "frame_count": n,
-                "model_name": model.name,
-                "run_time": run_time_ms,
-                "thread_num": config.thread_num,
-            },
-        )
-        report.profiler_csv = profiler.profiler_csv()
-    return report
+
+
+def _profiler_files(profiler: Profiler, report: PerfReport, config: PerfConfig) -> Tuple[str, str]:
+    """profiler.log (the seed's two JSON documents) and profiler.csv of one run."""
+    log = profiler.profiler_log(
+        {"FPS": report.fps, "average_latency": report.average_latency_ms},
+        {
+            "core_id": config.core_id,
+            "frame_count": report.frame_count,
+            "model_name": report.model_name,
+            "run_time": report.run_time_ms,
+            "thread_num": config.thread_num,
+        },
+    )
+    return log, profiler.profiler_csv()

@@ -183,110 +183,142 @@ def strip_qdq(model: onnx.ModelProto) -> Tuple[onnx.ModelProto, Dict[str, Loaded
     that name is free). A DequantizeLinear that produced a graph output gives
     its name back to the float tensor.
     """
-    m = copy.deepcopy(model)
-    g = m.graph
-    idx = GraphIndex(m)
-    names_in_use = set(idx.inits) | set(idx.producer) | set(idx.inputs)
-    alias: Dict[str, str] = {}      # DQ output -> float tensor it stands for
-    loaded: Dict[str, LoadedQuant] = {}
-    weights: Dict[str, LoadedWeight] = {}
-    new_inits: List[TensorProto] = []
-    drop = set()
+    s = _QdqStripper(copy.deepcopy(model))
+    s.read_dequantize_nodes()
+    s.read_quantize_nodes()
+    kept = [n for n in s.idx.nodes if (n.name or id(n)) not in s.drop]
+    s.rewire(kept)
+    s.keep_output_names(kept)
+    s.prune(kept)
+    return s.model, s.loaded, s.weights
 
-    def params(node) -> Tuple[np.ndarray, np.ndarray, Optional[int]]:
-        scale = idx.const(node.input[1]).astype(np.float32)
+
+class _QdqStripper:
+    """The state strip_qdq's passes share; each pass is one method, run in the order above."""
+
+    def __init__(self, model: onnx.ModelProto):
+        self.model = model
+        self.idx = GraphIndex(model)
+        self.names_in_use = set(self.idx.inits) | set(self.idx.producer) | set(self.idx.inputs)
+        self.alias: Dict[str, str] = {}      # DQ output -> float tensor it stands for
+        self.loaded: Dict[str, LoadedQuant] = {}
+        self.weights: Dict[str, LoadedWeight] = {}
+        self.new_inits: List[TensorProto] = []
+        self.drop = set()                    # nodes to remove (name, or id() when unnamed)
+
+    def params(self, node) -> Tuple[np.ndarray, np.ndarray, Optional[int]]:
+        scale = self.idx.const(node.input[1]).astype(np.float32)
         if len(node.input) > 2 and node.input[2]:
-            zp = idx.const(node.input[2])
+            zp = self.idx.const(node.input[2])
         else:
             zp = np.zeros(scale.shape, np.uint8)
         axis = attr(node, "axis", 1) if scale.size > 1 else None
         return scale, zp, axis
 
-    def loaded_quant(node) -> LoadedQuant:
-        scale, zp, axis = params(node)
+    def loaded_quant(self, node) -> LoadedQuant:
+        scale, zp, axis = self.params(node)
         shape = (-1,) if axis is not None else ()
         return LoadedQuant(scale.reshape(shape), zp.reshape(shape), np.dtype(zp.dtype).name, axis)
 
-    for n in idx.nodes:
-        if n.op_type != DQ:
-            continue
-        src = n.input[0]
-        scale, zp, axis = params(n)
-        if src in idx.inits:
-            q = idx.const(src)
-            value = dequantize(q, scale, zp, axis if axis is not None else 1)
-            base = src[: -len("_quantized")] if src.endswith("_quantized") else n.output[0]
-            if base != n.output[0] and base in names_in_use:
-                base = n.output[0]
-            names_in_use.add(base)
-            new_inits.append(numpy_helper.from_array(value, base))
-            weights[base] = LoadedWeight(q, scale.reshape(-1), zp.reshape(-1), axis)
-            alias[n.output[0]] = base
-            drop.add(n.name or id(n))
-            continue
-        p = idx.producer.get(src)
-        if p is not None and p.op_type == Q:
-            x = p.input[0]
-            loaded[x] = loaded_quant(n)
-            alias[n.output[0]] = x
-            drop.add(n.name or id(n))
-        elif src in idx.inputs:
-            # An integer model input: the float model reads it as float.
-            for vi in g.input:
-                if vi.name == src:
-                    vi.type.tensor_type.elem_type = TensorProto.FLOAT
-            loaded[src] = loaded_quant(n)
-            alias[n.output[0]] = src
-            drop.add(n.name or id(n))
-    for n in idx.nodes:
-        if n.op_type == Q:
-            drop.add(n.name or id(n))
-            # A Q producing a graph output (int8 model output): the output becomes the float tensor.
-            if n.output[0] in idx.outputs:
-                alias[n.output[0]] = n.input[0]
-                loaded.setdefault(n.input[0], loaded_quant(n))
+    def _replace(self, node, output_of: str) -> None:
+        """``node`` goes; its output stands for ``output_of``."""
+        self.alias[node.output[0]] = output_of
+        self.drop.add(node.name or id(node))
 
-    def resolve(t: str) -> str:
+    def read_dequantize_nodes(self) -> None:
+        """Weights become float initializers; Q -> DQ pairs and integer model inputs are read."""
+        idx = self.idx
+        for n in idx.nodes:
+            if n.op_type != DQ:
+                continue
+            src = n.input[0]
+            if src in idx.inits:
+                self._float_weight(n)
+                continue
+            p = idx.producer.get(src)
+            if p is not None and p.op_type == Q:
+                self.loaded[p.input[0]] = self.loaded_quant(n)
+                self._replace(n, p.input[0])
+            elif src in idx.inputs:
+                # An integer model input: the float model reads it as float.
+                for vi in self.model.graph.input:
+                    if vi.name == src:
+                        vi.type.tensor_type.elem_type = TensorProto.FLOAT
+                self.loaded[src] = self.loaded_quant(n)
+                self._replace(n, src)
+
+    def _float_weight(self, n) -> None:
+        src = n.input[0]
+        scale, zp, axis = self.params(n)
+        q = self.idx.const(src)
+        value = dequantize(q, scale, zp, axis if axis is not None else 1)
+        base = src[: -len("_quantized")] if src.endswith("_quantized") else n.output[0]
+        if base != n.output[0] and base in self.names_in_use:
+            base = n.output[0]
+        self.names_in_use.add(base)
+        self.new_inits.append(numpy_helper.from_array(value, base))
+        self.weights[base] = LoadedWeight(q, scale.reshape(-1), zp.reshape(-1), axis)
+        self._replace(n, base)
+
+    def read_quantize_nodes(self) -> None:
+        """Every QuantizeLinear goes; one producing a graph output (an int8 model output)
+        hands that output to the float tensor."""
+        for n in self.idx.nodes:
+            if n.op_type == Q:
+                self.drop.add(n.name or id(n))
+                if n.output[0] in self.idx.outputs:
+                    self.alias[n.output[0]] = n.input[0]
+                    self.loaded.setdefault(n.input[0], self.loaded_quant(n))
+
+    def resolve(self, t: str) -> str:
         seen = set()
-        while t in alias and t not in seen:
+        while t in self.alias and t not in seen:
             seen.add(t)
-            t = alias[t]
+            t = self.alias[t]
         return t
 
-    kept = [n for n in idx.nodes if (n.name or id(n)) not in drop]
-    for n in kept:
-        for k, i in enumerate(n.input):
-            if i in alias:
-                n.input[k] = resolve(i)
-    # Graph outputs keep their names: rename the float tensor behind each one.
-    renames: Dict[str, str] = {}
-    for o in g.output:
-        if o.name in alias:
-            src = resolve(o.name)
-            if src in idx.inputs or src in names_in_use and src not in idx.producer:
-                continue
-            renames[src] = o.name
-            o.type.tensor_type.elem_type = TensorProto.FLOAT
-    for n in kept:
-        for k, o in enumerate(n.output):
-            if o in renames:
-                n.output[k] = renames[o]
-        for k, i in enumerate(n.input):
-            if i in renames:
-                n.input[k] = renames[i]
-    for old, new in renames.items():
-        if old in loaded:
-            loaded[new] = loaded.pop(old)
-    del g.node[:]
-    g.node.extend(kept)
-    used = {i for n in kept for i in n.input} | {o.name for o in g.output}
-    inits = [t for t in g.initializer if t.name in used and t.name not in {i.name for i in new_inits}]
-    inits += [t for t in new_inits if t.name in used]
-    del g.initializer[:]
-    g.initializer.extend(inits)
-    del g.value_info[:]
-    weights = {k: v for k, v in weights.items() if k in used}
-    return m, loaded, weights
+    def rewire(self, kept) -> None:
+        """Consumers read the float tensors again."""
+        for n in kept:
+            for k, i in enumerate(n.input):
+                if i in self.alias:
+                    n.input[k] = self.resolve(i)
+
+    def keep_output_names(self, kept) -> None:
+        """Graph outputs keep their names: rename the float tensor behind each one."""
+        idx = self.idx
+        renames: Dict[str, str] = {}
+        for o in self.model.graph.output:
+            if o.name in self.alias:
+                src = self.resolve(o.name)
+                if src in idx.inputs or src in self.names_in_use and src not in idx.producer:
+                    continue
+                renames[src] = o.name
+                o.type.tensor_type.elem_type = TensorProto.FLOAT
+        for n in kept:
+            for k, o in enumerate(n.output):
+                if o in renames:
+                    n.output[k] = renames[o]
+            for k, i in enumerate(n.input):
+                if i in renames:
+                    n.input[k] = renames[i]
+        for old, new in renames.items():
+            if old in self.loaded:
+                self.loaded[new] = self.loaded.pop(old)
+
+    def prune(self, kept) -> None:
+        """Only the kept nodes, the initializers they use, no stale value_info."""
+        g = self.model.graph
+        del g.node[:]
+        g.node.extend(kept)
+        used = {i for n in kept for i in n.input} | {o.name for o in g.output}
+        new_names = {i.name for i in self.new_inits}
+        inits = [t for t in g.initializer if t.name in used and t.name not in new_names]
+        inits += [t for t in self.new_inits if t.name in used]
+        del g.initializer[:]
+        g.initializer.extend(inits)
+        del g.value_info[:]
+        self.weights = {k: v for k, v in self.weights.items() if k in used}
 
 
 # --- running models -----------------------------------------------------------------------

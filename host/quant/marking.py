@@ -331,14 +331,29 @@ def build_plan(
         if t not in lst:
             lst.append(t)
 
-    # Scale groups.
+    groups = _scale_groups(idx, bpu, sites, marker.ties)
+    plan = QuantPlan(model, bpu, tuple(int8_inputs), sites, marker.weights, marker.biases, groups, node_inputs, infos)
+    _request_int16(plan, idx, options, log)
+    return plan
+
+
+def _scale_groups(idx: GraphIndex, bpu: FrozenSet[str], sites: Dict[str, ActivationSite],
+                  ties: Sequence[Tuple[str, str, str]]) -> List[Group]:
+    """Activation sites that must share one scale (the markers' ties), joined by union-find.
+
+    Each group records its members, its sources (the tensors whose statistics set
+    its range: not a tensor read only by a fused Relu-like op on the BPU), whether
+    it holds a fixed int8 image input, and its channel count when every tie keeps
+    channels apart (per-channel featuremap scales). Sets ``site.group`` on every site.
+    """
+    outputs = set(idx.outputs)
     uf = _UnionFind()
     for t in sites:
         uf.find(t)
     tie_ops: Dict[str, Set[str]] = {}
     fixed = {t for t in sites if sites[t].fixed_int8}
     fixed_roots = set(fixed)
-    for a, b, op in marker.ties:
+    for a, b, op in ties:
         ra, rb = uf.find(a), uf.find(b)
         # Never pull a featuremap into the scale-1 group of an image input (a Concat of the two):
         # those stay alone. A one-input passive op on the image (HzPreprocess's Transpose of an
@@ -377,10 +392,7 @@ def build_plan(
         for t in mem:
             sites[t].group = gid
         groups.append(group)
-
-    plan = QuantPlan(model, bpu, tuple(int8_inputs), sites, marker.weights, marker.biases, groups, node_inputs, infos)
-    _request_int16(plan, idx, options, log)
-    return plan
+    return groups
 
 
 def _request_int16(plan: QuantPlan, idx: GraphIndex, options: QuantOptions, log: logging.Logger) -> None:
