@@ -145,8 +145,10 @@ def test_real_caffe_model_end_to_end(tmp_path, caffe_models, name):
     got = [m.run([bgr[None]]) for bgr in held_out]
     cosines = {n: _cos(np.concatenate([np.ravel(g[i]) for g in got]), np.concatenate([np.ravel(f[i]) for f in float_ref]))
                for i, n in enumerate(outputs)}
-    print(f"{name}: .bin vs float Caffe (OpenCV) on {len(held_out)} held-out photos, cosine per output: "
-          + ", ".join(f"{n} {c:.5f}" for n, c in cosines.items()))
+    max_diff = {n: max(float(np.abs(np.ravel(g[i]) - np.ravel(f[i])).max()) for g, f in zip(got, float_ref))
+                for i, n in enumerate(outputs)}
+    print(f"{name}: .bin vs float Caffe (OpenCV) on {len(held_out)} held-out photos, per output cosine / max |diff|: "
+          + ", ".join(f"{n} {c:.5f} / {max_diff[n]:.4f}" for n, c in cosines.items()))
     assert min(cosines.values()) >= 0.99, cosines
 
     # 5. hb_mapper infer on a photo (preprocess_on reads the image) == the .bin on the same pixels
