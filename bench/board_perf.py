@@ -37,7 +37,7 @@ import numpy as np
 from bpuemu.board.client import BoardClient
 from bpuemu.board.runtime import PerfConfig, Runtime, run_perf
 from bpuemu.board.runtime.sessions import session_options
-from bpuemu.host.samples.demo import start_daemon
+from bpuemu.host.samples.daemon import start_daemon
 from bpuemu.host.samples import sample_bin
 
 

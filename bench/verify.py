@@ -23,7 +23,7 @@ import sys
 import tempfile
 import time
 
-from bpuemu.host.samples.demo import start_daemon
+from bpuemu.host.samples.daemon import start_daemon
 from bpuemu.host.samples import sample_bin
 from bpuemu.host.verifier.core import VerifyOptions, verify
 

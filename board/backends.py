@@ -17,8 +17,8 @@ SshBackend"``), so a board install neither imports nor needs it.
 """
 import platform
 import time
-from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence
+from dataclasses import dataclass, field
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -159,25 +159,18 @@ class RemoteBackend(Backend):
         self.client.close()
 
 
-@dataclass
-class SshOptions:
-    """How to reach a board over SSH (the ``ssh`` transport plugin's options).
+@dataclass(frozen=True)
+class TransportRequest:
+    """A board reached through a transport plugin: the plugin's name, the target, and its own settings.
 
-    ``target`` is ``[user@]host[:port]``; the user defaults to root and the
-    port to 22. Host keys are checked against ``known_hosts``; an unknown key
-    is refused unless ``accept_new_host_key`` (then it is recorded there).
+    The board knows no plugin's option types (SSH's live on the host, with
+    paramiko); the plugin's ``open(request, model_files)`` turns ``settings``
+    into them.
     """
 
-    target: str
-    password: Optional[str] = None
-    identity: Optional[str] = None
-    known_hosts: Optional[str] = None  # None: ~/.ssh/known_hosts
-    accept_new_host_key: bool = False
-    remote_command: str = "hrt_model_exec"
-    user: Optional[str] = None  # overrides a user given in target
-    connect_timeout_s: float = 10.0  # connect, authenticate, and each SFTP operation
-    command_timeout_s: float = 300.0  # each remote command (perf adds its run time)
-    remote_tmp: str = "/tmp"  # where the per-session work dir is made on the board
+    transport: str  # the plugin's name in the bpuemu.transports group, e.g. "ssh"
+    target: str  # e.g. "root@board:22"
+    settings: Mapping[str, object] = field(default_factory=dict)
 
 
 #: Entry point group where host packages register extra transports.
@@ -201,12 +194,12 @@ def load_transport(name: str):
 
 
 def open_backend(model_files: Sequence[str], board: Optional[str] = None, token: Optional[str] = None,
-                 ssh: Optional[SshOptions] = None, tls=None) -> Backend:
+                 ssh: Optional[TransportRequest] = None, tls=None) -> Backend:
     files = [f for f in model_files if f]
     if not files:
         raise InvalidInput("no model file given", hint="pass --model_file FILE.bin")
     if ssh is not None:
         if board:
             raise InvalidInput("give either --board (gRPC) or --ssh, not both")
-        return load_transport("ssh")(ssh, files)
+        return load_transport(ssh.transport).open(ssh, files)
     return RemoteBackend(board, files, token, tls) if board else LocalBackend(files)

@@ -50,8 +50,8 @@ def test_board_runs_without_host_packages(tmp_path):
     sample_bin(str(model), height=16, width=16)
     script = BLOCKER + textwrap.dedent(
         f"""
-        import bpuemu.board.daemon.server, bpuemu.board.daemon.cli, bpuemu.board.client, bpuemu.board.backends
-        from bpuemu.board.hrt_model_exec.cli import cli
+        import bpuemu.board.daemon.server, bpuemu.board.cli.hrt_boardd, bpuemu.board.client, bpuemu.board.backends
+        from bpuemu.board.cli.hrt_model_exec import cli
         from click.testing import CliRunner
         r = CliRunner().invoke(cli, ["infer", "--model_file", {str(model)!r}])
         assert r.exit_code == 0, r.output
@@ -109,3 +109,29 @@ def test_common_holds_the_numerical_core():
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
                 [node.module or ""] if isinstance(node, ast.ImportFrom) else []
             assert not any(n.startswith(("bpuemu.board", "bpuemu.host")) for n in names), f"{path} imports {names}"
+
+
+#: The CLI packages: the shared edge (board/cli) and the host's commands (host/cli).
+CLI_PACKAGES = ("board/cli/", "host/cli/")
+
+
+def modules_importing(name: str):
+    """Source files under common/, board/ and host/ that import ``name`` (or a submodule of it)."""
+    found = []
+    for part in ("common", "board", "host"):
+        for path in (ROOT / part).rglob("*.py"):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                names = ([a.name for a in node.names] if isinstance(node, ast.Import)
+                         else [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else [])
+                if any(n == name or n.startswith(name + ".") for n in names):
+                    found.append(path.relative_to(ROOT).as_posix())
+                    break
+    return found
+
+
+def test_only_the_cli_packages_import_click():
+    users = modules_importing("click")
+    assert any(u.startswith("board/cli/") for u in users)  # the check sees imports at all
+    outside = [u for u in users if not u.startswith(CLI_PACKAGES)]
+    assert not outside, f"click imported outside the CLI packages {CLI_PACKAGES}: {outside}"

@@ -1,3 +1,4 @@
-from bpuemu.board.daemon.cli import main
+"""python -m bpuemu.board.daemon: run hrt_boardd (bpuemu.board.cli.hrt_boardd)."""
+from bpuemu.board.cli.hrt_boardd import main
 
 main()

@@ -2,6 +2,8 @@
 
     python -m bpuemu.board.daemon.healthcheck [--target 127.0.0.1:9473] [--service NAME] [--timeout 3]
 
+``check`` is the probe; its command line is bpuemu.board.cli.healthcheck.
+
 For container and service managers that run a command as their health check
 (Docker's HEALTHCHECK, a systemd ExecStartPost, a shell script). Kubernetes
 probes the same service natively (``grpc:`` probes) and needs no command. The
@@ -13,12 +15,7 @@ probed with the TLS flags every client takes (--tls-ca, and --tls-cert
 """
 from typing import Optional
 
-import click
-
 from bpuemu.common.errors import BoardUnavailable
-from bpuemu.common.version import __version__
-from bpuemu.common.wire import DEFAULT_PORT
-from bpuemu.board.cliutil import main_entry
 from bpuemu.board.security import TlsConfig
 
 
@@ -47,30 +44,7 @@ def check(target: str, service: str = "", timeout: float = 3.0, tls: Optional[Tl
     return health_pb2.HealthCheckResponse.ServingStatus.Name(reply.status)
 
 
-@click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="hrt_boardd-healthcheck")
-@click.option("--target", default=f"127.0.0.1:{DEFAULT_PORT}", show_default=True, metavar="HOST:PORT",
-              help="The board daemon's gRPC address.")
-@click.option("--service", default="", help="Service to ask about (\"\": the whole server).")
-@click.option("--timeout", default=3.0, show_default=True, type=click.FloatRange(0, min_open=True), help="Seconds to wait.")
-@click.option("--tls-ca", default="", metavar="FILE", help="Speak TLS; trust boards signed by this CA.")
-@click.option("--tls-cert", default="", metavar="FILE", help="Client certificate for a board that requires one (mTLS).")
-@click.option("--tls-key", default="", metavar="FILE", help="Private key of --tls-cert.")
-@click.option("--tls-server-name", default="", metavar="NAME", help="Name to check the board's certificate against.")
-@click.option("-q", "--quiet", is_flag=True, help="Print nothing when the board is SERVING.")
-def cli(target, service, timeout, tls_ca, tls_cert, tls_key, tls_server_name, quiet):
-    """Exit 0 when the hrt_boardd at TARGET reports SERVING, 1 otherwise."""
-    tls = TlsConfig.from_options(tls_ca, tls_cert, tls_key, tls_server_name)
-    status = check(target, service, timeout, tls)
-    if status != "SERVING":
-        raise BoardUnavailable(f"hrt_boardd at {target} reports {status}" + (f" for service '{service}'" if service else ""))
-    if not quiet:
-        click.echo(f"{target}: SERVING")
+if __name__ == "__main__":  # the probe deploy/ runs: python -m bpuemu.board.daemon.healthcheck
+    from bpuemu.board.cli.healthcheck import main
 
-
-def main(args=None):
-    main_entry(cli, "hrt_boardd-healthcheck", args)
-
-
-if __name__ == "__main__":
     main()

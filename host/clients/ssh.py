@@ -67,10 +67,11 @@ from bpuemu.common.errors import (
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.tensor import NUMPY_DTYPE
 from bpuemu.common.wire import join_target, split_target
-from bpuemu.board.backends import Backend, ModelHandle, Platform, SshOptions
+from bpuemu.board.backends import Backend, ModelHandle, Platform, TransportRequest
 from bpuemu.board.client import InferResult
-from bpuemu.board.hrt_model_exec.dump import safe
+from bpuemu.board.runtime.dump import safe
 from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+from bpuemu.host.clients.ssh_options import SshOptions
 
 log = logging.getLogger(__name__)
 
@@ -513,6 +514,11 @@ class SshModel(ModelHandle):
 
 class SshBackend(Backend):
     """Models on a board reached over SSH, run by the board's own hrt_model_exec."""
+
+    @classmethod
+    def open(cls, request: TransportRequest, model_files: Sequence[str]) -> "SshBackend":
+        """The ``bpuemu.transports`` plugin entry: a board command's --ssh request."""
+        return cls(SshOptions.from_request(request), model_files)
 
     def __init__(self, options: SshOptions, model_files: Sequence[str]):
         super().__init__()

@@ -9,7 +9,7 @@ applies ((x + 128) - mean) * scale. ``sample_bin`` compiles the result into a
 `.bin` through the same container writer makertbin uses;
 ``write_sample_project`` writes a complete makertbin project (model, yaml,
 calibration data). They are real models run by real onnxruntime sessions, not
-mocks. ``bpuemu.host.samples.demo`` (bpuemu-demo) runs the whole flow on them.
+mocks. ``bpuemu-demo`` (bpuemu.host.cli.bpuemu_demo) runs the whole flow on them.
 """
 import os
 import tempfile

@@ -2,7 +2,7 @@
 
 The library (no CLI here): ``verify(VerifyOptions(...))`` runs quanti.onnx on
 the host, the `.bin` in the x86 simulator and on boards (gRPC or SSH), compares
-every pair and returns a ``VerifyReport``. ``bpuemu.host.verifier.cli`` is the
+every pair and returns a ``VerifyReport``. ``bpuemu.host.cli.hb_verifier`` is the
 ``hb_verifier`` command. Names load lazily, so ``hb_verifier --help`` stays
 instant.
 """

@@ -33,7 +33,9 @@ from bpuemu.common.container import read_bin
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.numerics import dequantize
 from bpuemu.common.proto import model_pb2
-from bpuemu.board.backends import LocalBackend, Platform, SshOptions, local_platform, open_backend
+from bpuemu.board.security import TlsConfig
+from bpuemu.board.backends import Backend, LocalBackend, Platform, local_platform, open_backend
+from bpuemu.host.clients.ssh_options import SshOptions
 from bpuemu.host.verifier.inputs import load_inputs, random_inputs
 from bpuemu.host.verifier.report import NodeDivergence, PairResult, VerifyReport, pair_body, pair_header
 from bpuemu.host.verifier.sides import QuantiGraph, SideRun, run_bin, run_quanti
@@ -42,6 +44,15 @@ Kind = model_pb2.PlanStep
 
 SIM = "Sim"
 QUANTI = "Quanti.onnx"
+
+
+def _open_board(options: "VerifyOptions", target: str) -> Backend:
+    """The .bin opened on one board: over SSH with ``options.ssh``, else on its hrt_boardd (gRPC)."""
+    if options.ssh is not None:
+        from bpuemu.host.clients.ssh import SshBackend  # paramiko, only when SSH is used
+
+        return SshBackend(dataclasses.replace(options.ssh, target=target), [options.bin_model])
+    return open_backend([options.bin_model], board=target, token=options.token, tls=options.tls)
 
 
 @dataclass
@@ -53,6 +64,7 @@ class VerifyOptions:
     boards: Sequence[str] = ()  # -b: HOST[:PORT] (gRPC port, or SSH port with ssh)
     ssh: Optional[SshOptions] = None  # reach the boards over SSH with these settings (target set per board)
     token: Optional[str] = None  # gRPC board token
+    tls: Optional[TlsConfig] = None  # gRPC board TLS (None: $BPUEMU_TLS_*, else plain TCP)
     input_files: str = ""  # -i: "f1,f2" or "name1:f1,name2:f2"; "" = random data
     seed: int = 0  # random inputs
     digits: int = DEFAULT_DIGITS  # -c
@@ -180,10 +192,8 @@ def verify(options: VerifyOptions, echo: Optional[Echo] = None,
         opened = []
         for target in boards:
             label = board_label(target, len(boards))
-            ssh = dataclasses.replace(options.ssh, target=target) if options.ssh is not None else None
             t0 = time.perf_counter()
-            backend = stack.enter_context(open_backend([options.bin_model], board=None if ssh is not None else target,
-                                                       token=options.token, ssh=ssh))
+            backend = stack.enter_context(_open_board(options, target))
             setup_ms = (time.perf_counter() - t0) * 1e3
             echo(f"INFO {label}: opened {target} ({setup_ms:.1f} ms)")
             opened.append((label, backend, setup_ms))

@@ -66,7 +66,7 @@ def _order(items: List[Tuple[Optional[str], str]], specs: Sequence[model_pb2.Inp
 
 def load_inputs(value: str, specs: Sequence[model_pb2.InputSpec]) -> List[VerifyInput]:
     """Read the ``-i`` files for ``specs`` (model input order)."""
-    from bpuemu.board.hrt_model_exec.inputs import read_input  # the board's own reader: one source of truth
+    from bpuemu.board.runtime.inputs import read_input  # the board's own reader: one source of truth
 
     paths = _order(parse_input_arg(value), specs)
     out = []

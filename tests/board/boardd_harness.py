@@ -4,7 +4,7 @@
 (``--listen 127.0.0.1:0 --port-file F``), waits for the port file and then for
 grpc.health.v1 to report SERVING, and stops it with SIGTERM (the graceful
 shutdown path), returning its exit code. ``run_cli`` runs
-``python -m bpuemu.board.hrt_model_exec`` in a subprocess from a scratch
+``python -m bpuemu.board.cli.hrt_model_exec`` in a subprocess from a scratch
 directory, so nothing is written into the working directory and everything the
 user would see (including anything gRPC prints) is captured.
 """
@@ -146,7 +146,7 @@ class CliResult:
         return self.stdout + self.stderr
 
 
-def run_cli(args: Sequence[str], cwd, env: Optional[dict] = None, module: str = "bpuemu.board.hrt_model_exec",
+def run_cli(args: Sequence[str], cwd, env: Optional[dict] = None, module: str = "bpuemu.board.cli.hrt_model_exec",
             timeout: float = CLI_TIMEOUT_S) -> CliResult:
     """Run a bpuemu command in a subprocess, from ``cwd`` (a scratch directory)."""
     proc = subprocess.run([sys.executable, "-m", module, *map(str, args)], cwd=os.fspath(cwd),

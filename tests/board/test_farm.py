@@ -156,7 +156,7 @@ def test_farm_perf_is_cancelled_on_every_board(farm, rgb_model):
 
 
 def test_ctrl_c_stops_the_jobs_on_every_board(farm, rgb_model, scratch):
-    args = [sys.executable, "-m", "bpuemu.board.hrt_model_exec", "perf", "--model_file", rgb_model.path,
+    args = [sys.executable, "-m", "bpuemu.board.cli.hrt_model_exec", "perf", "--model_file", rgb_model.path,
             "--board", ",".join(_targets(farm)), "--perf_time", "1"]
     cli = subprocess.Popen(args, cwd=scratch, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -176,7 +176,7 @@ def test_a_board_restarted_mid_job_fails_alone(tmp_path_factory, rgb_model, scra
     victim = daemons[1]
     cli = None
     try:
-        args = [sys.executable, "-m", "bpuemu.board.hrt_model_exec", "perf", "--model_file", rgb_model.path,
+        args = [sys.executable, "-m", "bpuemu.board.cli.hrt_model_exec", "perf", "--model_file", rgb_model.path,
                 "--board", ",".join(_targets(daemons)), "--perf_time", "0.06"]  # 3.6 s on each board
         cli = subprocess.Popen(args, cwd=scratch, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                text=True)

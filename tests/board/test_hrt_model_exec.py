@@ -16,7 +16,7 @@ import pytest
 from PIL import Image
 
 from bpuemu.board.backends import LocalBackend
-from bpuemu.board.hrt_model_exec.inputs import read_input
+from bpuemu.board.runtime.inputs import read_input
 from bpuemu.common.container import file_sha256
 from bpuemu.common.input_types import image_to_rt
 

@@ -5,7 +5,7 @@ minimal sshd_config into its work dir (loopback only, keys from that dir, no
 PAM), starts ``/usr/sbin/sshd -D -e -f CONFIG`` and waits until the port
 answers with an SSH banner. ``known_hosts`` is a file that trusts exactly
 that host key. The board "behind" it is this machine, so the board-side
-command is ``<this python> -m bpuemu.board.hrt_model_exec``.
+command is ``<this python> -m bpuemu.board.cli.hrt_model_exec``.
 
 Also puts tests/board on sys.path so the board harness (``Daemon``,
 ``run_cli``, ``assert_one_error``) is shared, not copied.
@@ -27,7 +27,7 @@ from boardd_harness import CliResult, Daemon, assert_ok, assert_one_error, clean
 SSHD = "/usr/sbin/sshd"
 START_TIMEOUT_S = 15.0
 #: The board-side hrt_model_exec, as the sshd session runs it.
-REMOTE_COMMAND = f"{sys.executable} -m bpuemu.board.hrt_model_exec"
+REMOTE_COMMAND = f"{sys.executable} -m bpuemu.board.cli.hrt_model_exec"
 
 
 def sshd_unavailable() -> Optional[str]:

@@ -19,7 +19,7 @@ ARTIFACTS = ("_original_float_model.onnx", "_optimized_float_model.onnx", "_cali
 
 
 def _mapper_cmd(cfg):
-    return [sys.executable, "-m", "bpuemu.host.mapper", "makertbin", "--config", str(cfg), "--model-type", "onnx"]
+    return [sys.executable, "-m", "bpuemu.host.cli.hb_mapper", "makertbin", "--config", str(cfg), "--model-type", "onnx"]
 
 
 def _digests(directory):
@@ -151,7 +151,7 @@ def test_hb_perf_killed_before_publishing_keeps_the_old_result_folder(tmp_path):
     from bpuemu.host.samples import sample_bin
 
     sample_bin(str(tmp_path / "m.bin"), height=16, width=16)
-    cmd = [sys.executable, "-c", "from bpuemu.host.tools.cli.perf import main; main()", "m.bin"]
+    cmd = [sys.executable, "-c", "from bpuemu.host.cli.hb_perf import main; main()", "m.bin"]
     run = subprocess.run(cmd, cwd=tmp_path, capture_output=True, text=True, timeout=300)
     assert run.returncode == 0, run.stderr
     result = tmp_path / "hb_perf_result"

@@ -155,7 +155,7 @@ def boundary_model() -> onnx.ModelProto:
 
 def test_fast_perf_removes_the_boundary_nodes(tmp_path):
     onnx.save(boundary_model(), str(tmp_path / "m.onnx"))
-    run = subprocess.run([sys.executable, "-m", "bpuemu.host.mapper", "makertbin", "--fast-perf", "--model", "m.onnx",
+    run = subprocess.run([sys.executable, "-m", "bpuemu.host.cli.hb_mapper", "makertbin", "--fast-perf", "--model", "m.onnx",
                           "--model-type", "onnx", "--march", "bayes-e"], cwd=tmp_path, capture_output=True, text=True,
                          timeout=300)
     assert run.returncode == 0, run.stderr
@@ -171,7 +171,7 @@ def test_fast_perf_removes_the_boundary_nodes(tmp_path):
     # the model's interface is now the BPU's: int8 in, int8/int32 out, with their scales
     assert model.inputs[0].tensor_type == model_pb2.HB_DNN_TENSOR_TYPE_S8
     assert model.outputs[0].quanti_type == model_pb2.SCALE
-    info = subprocess.run([sys.executable, "-c", "import sys; from bpuemu.host.tools.cli.model_info import main; "
+    info = subprocess.run([sys.executable, "-c", "import sys; from bpuemu.host.cli.hb_model_info import main; "
                            "main(sys.argv[1:])", str(path)], cwd=tmp_path, capture_output=True, text=True, timeout=120)
     assert info.returncode == 0, info.stderr
     text = info.stdout + info.stderr

@@ -16,7 +16,7 @@ import onnx
 import pytest
 
 import horizon_nn.quantizer.debugger as dbg
-from bpuemu.host.debugger.cli import parse_list
+from bpuemu.host.cli.hmct_debugger import parse_list
 from bpuemu.host.quant.graph import prepare_model
 from bpuemu.host.quant.joins import check_joins
 

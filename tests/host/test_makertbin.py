@@ -21,7 +21,7 @@ ARTIFACTS = ("_original_float_model.onnx", "_optimized_float_model.onnx", "_cali
 
 
 def _mapper(args, cwd):
-    return subprocess.run([sys.executable, "-m", "bpuemu.host.mapper", *args], cwd=cwd, capture_output=True,
+    return subprocess.run([sys.executable, "-m", "bpuemu.host.cli.hb_mapper", *args], cwd=cwd, capture_output=True,
                           text=True, timeout=600)
 
 

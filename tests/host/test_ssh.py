@@ -1,7 +1,7 @@
 """The SSH board transport against a real OpenSSH sshd on loopback.
 
 The "board" is this machine reached through sshd; its hrt_model_exec is
-``python -m bpuemu.board.hrt_model_exec``. Checked: results bit-identical to
+``python -m bpuemu.board.cli.hrt_model_exec``. Checked: results bit-identical to
 the local runtime (outputs and intermediate dumps), hrt_model_exec
 model_info/infer/perf --ssh, host key checking, and one clear error for each
 failure: authentication, unreachable board, unknown or changed host key, no
@@ -18,7 +18,7 @@ import textwrap
 import numpy as np
 import pytest
 
-from bpuemu.board.backends import LocalBackend, SshOptions, load_transport, open_backend
+from bpuemu.board.backends import LocalBackend, TransportRequest, load_transport, open_backend
 from bpuemu.board.runtime.perf import PerfConfig
 from bpuemu.common.errors import BoardUnavailable, DeadlineExceeded, NotFound, PermissionDenied, Unauthenticated
 from bpuemu.common.input_types import random_rt_input
@@ -55,11 +55,12 @@ def models(tmp_path_factory):
     return out
 
 
-def options(sshd, tmp_path, **kw) -> SshOptions:
-    base = dict(target=sshd.target, identity=sshd.user_key, known_hosts=sshd.known_hosts, remote_command=REMOTE_COMMAND,
+def options(sshd, tmp_path, **kw) -> TransportRequest:
+    """What hrt_model_exec --ssh hands the ssh transport plugin."""
+    base = dict(identity=sshd.user_key, known_hosts=sshd.known_hosts, remote_command=REMOTE_COMMAND,
                 remote_tmp=str(tmp_path), connect_timeout_s=10.0, command_timeout_s=60.0)
     base.update(kw)
-    return SshOptions(**base)
+    return TransportRequest("ssh", sshd.target, base)
 
 
 def script(tmp_path, name: str, body: str) -> str:
@@ -260,7 +261,7 @@ def test_remote_errors_are_relayed(sshd, models, tmp_path):
 
 def test_missing_files_fail_before_connecting(tmp_path):
     with pytest.raises(NotFound, match="model file not found"):
-        open_backend([str(tmp_path / "nope.bin")], ssh=SshOptions(target="root@192.0.2.1"))
+        open_backend([str(tmp_path / "nope.bin")], ssh=TransportRequest("ssh", "root@192.0.2.1"))
 
 
 def test_identity_file_must_exist(sshd, models, tmp_path):
@@ -288,7 +289,7 @@ def test_board_only_install_gives_one_line_for_ssh(models, tmp_path):
     from test_architecture import BLOCKER
 
     code = BLOCKER + textwrap.dedent(f"""
-        from bpuemu.board.hrt_model_exec import main
+        from bpuemu.board.cli.hrt_model_exec import main
         main(["infer", "--model_file", {models['rgb']!r}, "--ssh", "root@127.0.0.1:1"])
         """)
     proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=tmp_path)

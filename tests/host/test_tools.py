@@ -20,9 +20,9 @@ from bpuemu.common.container import read_bin, write_bin  # noqa: E402
 from bpuemu.common.proto import model_pb2  # noqa: E402
 from bpuemu.common.version import __version__  # noqa: E402
 from bpuemu.host.tools import modifier, pack  # noqa: E402
-from bpuemu.host.tools.cli import model_info as info_cli  # noqa: E402
-from bpuemu.host.tools.cli import modifier as modifier_cli  # noqa: E402
-from bpuemu.host.tools.cli import pack as pack_cli  # noqa: E402
+from bpuemu.host.cli import hb_model_info as info_cli  # noqa: E402
+from bpuemu.host.cli import hb_model_modifier as modifier_cli  # noqa: E402
+from bpuemu.host.cli import hb_pack as pack_cli  # noqa: E402
 import tools_models  # noqa: E402
 
 TT = model_pb2.TensorType
@@ -139,7 +139,7 @@ def test_pack_keeps_names_and_the_runtime_runs_each_model_bit_exactly(bins, tmp_
 
 def test_hrt_model_exec_picks_a_model_of_a_packed_file(bins, tmp_path):
     from click.testing import CliRunner
-    from bpuemu.board.hrt_model_exec.cli import cli as hrt
+    from bpuemu.board.cli.hrt_model_exec import cli as hrt
 
     out = tmp_path / "comb.bin"
     pack.pack_files([bins["fm"], bins["residual"]], str(out))
@@ -274,7 +274,7 @@ def test_dequantize_removal_with_zero_points_and_per_channel_scales(tmp_path, pe
 
 def test_hrt_model_exec_shows_and_returns_the_modified_output(bins, tmp_path):
     from click.testing import CliRunner
-    from bpuemu.board.hrt_model_exec.cli import cli as hrt
+    from bpuemu.board.cli.hrt_model_exec import cli as hrt
 
     binfile = read_bin(bins["residual"])
     new, blobs, removed = modifier.modify_file(binfile, names=["y_DequantizeLinear_HzDequantize"])

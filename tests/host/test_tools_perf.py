@@ -15,7 +15,7 @@ pytest.importorskip("bpuemu.host.mapper.makertbin")
 from bpuemu.common.container import read_bin  # noqa: E402
 from bpuemu.host.tools import pack  # noqa: E402
 from bpuemu.host.tools import perf  # noqa: E402
-from bpuemu.host.tools.cli import perf as perf_cli  # noqa: E402
+from bpuemu.host.cli import hb_perf as perf_cli  # noqa: E402
 from bpuemu.host.tools.perf.structure import BPU_COLOUR, CPU_COLOUR  # noqa: E402
 import tools_models  # noqa: E402
 
@@ -302,7 +302,7 @@ def test_report_renders_in_headless_chromium(bins, tmp_path, capsys, monkeypatch
 
 def _profile(model_file, directory):
     from click.testing import CliRunner
-    from bpuemu.board.hrt_model_exec.cli import cli as hrt
+    from bpuemu.board.cli.hrt_model_exec import cli as hrt
 
     r = CliRunner().invoke(hrt, ["perf", "--model_file", str(model_file), "--frame_count", "20",
                                  "--profile_path", str(directory)])

@@ -30,7 +30,7 @@ PAIRS = ("Quanti.onnx VS Arm", "Quanti.onnx VS Sim", "Arm VS Sim")
 
 
 def hb_verifier(args, cwd):
-    return run_cli(args, cwd, module="bpuemu.host.verifier")
+    return run_cli(args, cwd, module="bpuemu.host.cli.hb_verifier")
 
 
 def verdicts(stdout: str) -> dict:

@@ -2,7 +2,7 @@
 import click
 
 from bpuemu.common.errors import BpuEmuError
-from bpuemu.host.tools.cli import log, run, setup_logging, version_option
+from bpuemu.host.cli import log, run, setup_logging, version_option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -24,3 +24,7 @@ def cli(bin_files, output_name):
 
 def main(args=None):
     run(cli, "hb_pack", args)
+
+
+if __name__ == "__main__":
+    main()

@@ -4,7 +4,7 @@ import os
 import click
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.host.tools.cli import log, model_name_option, run, setup_logging, version_option
+from bpuemu.host.cli import log, model_name_option, run, setup_logging, version_option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -50,3 +50,7 @@ def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
 
 def main(args=None):
     run(cli, "hb_perf", args)
+
+
+if __name__ == "__main__":
+    main()

@@ -11,49 +11,44 @@ current directory. Errors end with "exception in command: <subcommand>" and a
 non-zero exit.
 """
 import logging
-import sys
 
 import click
 
-from bpuemu.common.errors import BpuEmuError
 from bpuemu.common.version import __version__
-from bpuemu.board.cliutil import main_entry
+from bpuemu.board.cli.edge import run
+from bpuemu.board.cli.logs import setup_logging
+from bpuemu.board.cli.options import version_option
 
 log = logging.getLogger("bpuemu.host")
 
+#: Hints in hb_mapper's own flags for library errors about a subject (see bpuemu.board.cli.edge).
+HINTS = {"input_shape": "give it with --input-shape NAME 1x3x224x224, or input_shape in the yaml",
+         "model_type": "export the model to ONNX, set onnx_model and use --model-type onnx"}
+
+
+#: The subcommand being run, for the seed's "exception in command: <subcommand>" line.
+_RUNNING = {}
+
 
 def _logging(subcommand: str) -> None:
-    fmt = logging.Formatter("%(asctime)s %(levelname)s %(message)s")
-    root = logging.getLogger()
-    for h in list(root.handlers):
-        root.removeHandler(h)
-    for h in (logging.StreamHandler(sys.stderr), logging.FileHandler(f"hb_mapper_{subcommand}.log", mode="w")):
-        h.setFormatter(fmt)
-        root.addHandler(h)
-    root.setLevel(logging.INFO)
-    logging.getLogger("onnxruntime").setLevel(logging.ERROR)
+    """Console and hb_mapper_<subcommand>.log, in the seed's format."""
+    setup_logging("INFO", log_file=f"hb_mapper_{subcommand}.log")
+    _RUNNING["subcommand"] = subcommand
 
 
-def _command_errors(subcommand: str):
-    """Log a failure the seed's way, then let main_entry print the one line and exit."""
-
-    class _Ctx:
-        def __enter__(self):
-            return self
-
-        def __exit__(self, et, exc, tb):
-            if exc is not None and isinstance(exc, BpuEmuError):
-                for line in str(exc).splitlines():
-                    log.error(line)
-                log.error("exception in command: %s", subcommand)
-                raise SystemExit(exc.exit_code)  # already reported, the seed's way
-            return False
-
-    return _Ctx()
+def _report(lines) -> None:
+    """A user error the seed's way: ERROR lines in the console and the log, then "exception in command"."""
+    if "subcommand" not in _RUNNING:  # failed before logging was set up
+        for i, line in enumerate(lines):
+            click.echo(("ERROR " if i == 0 else "") + line, err=True)
+        return
+    for line in lines:
+        log.error(line)
+    log.error("exception in command: %s", _RUNNING["subcommand"])
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, prog_name="hb_mapper")
+@version_option("hb_mapper")
 def cli():
     """X5 model conversion (emulated by bpuemu)."""
 
@@ -84,20 +79,19 @@ def _shape_pairs(values):
 def checker(model_type, march, model_path, proto, input_shapes, output):
     """Check that a float model converts, and show where each node would run."""
     _logging("checker")
-    with _command_errors("checker"):
-        from bpuemu.host.mapper.checker import check
+    from bpuemu.host.mapper.checker import check
 
-        log.info("Start hb_mapper....")
-        log.info("hb_mapper version %s", __version__)
-        result = check(model_path, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
-        for w in result.warnings:
-            log.warning(w)
-        for line in result.placement.table().splitlines():
-            log.info(line)
-        for line in result.placement.cpu_reasons():
-            log.info(line)
-        log.info("%d subgraph(s) on BPU; %d node(s) on CPU", result.placement.subgraph_count, len(result.placement.cpu_nodes))
-        log.info("End model checking....")
+    log.info("Start hb_mapper....")
+    log.info("hb_mapper version %s", __version__)
+    result = check(model_path, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
+    for w in result.warnings:
+        log.warning(w)
+    for line in result.placement.table().splitlines():
+        log.info(line)
+    for line in result.placement.cpu_reasons():
+        log.info(line)
+    log.info("%d subgraph(s) on BPU; %d node(s) on CPU", result.placement.subgraph_count, len(result.placement.cpu_nodes))
+    log.info("End model checking....")
 
 
 @cli.command("makertbin")
@@ -112,24 +106,23 @@ def checker(model_type, march, model_path, proto, input_shapes, output):
 def makertbin(config_path, model_type, fast_perf, model_path, proto, march, input_shapes):
     """Convert a float model into a .bin and the four ONNX artifacts."""
     _logging("makertbin")
-    with _command_errors("makertbin"):
-        from bpuemu.host.convert.pipeline import run
-        from bpuemu.host.mapper.makertbin import fast_perf_config, float_inputs, job_from_config, makertbin_from_config
+    from bpuemu.host.convert.pipeline import run as run_pipeline
+    from bpuemu.host.mapper.makertbin import fast_perf_config, float_inputs, job_from_config, makertbin_from_config
 
-        log.info("Start hb_mapper....")
-        log.info("hb_mapper version %s", __version__)
-        if fast_perf:
-            if config_path:
-                raise click.UsageError("--fast-perf uses built-in settings; do not give --config")
-            if not model_path or march != "bayes-e":
-                raise click.UsageError("--fast-perf needs --model FILE and --march bayes-e")
-            cfg = fast_perf_config(model_path, march, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
-            result = run(job_from_config(cfg.complete(float_inputs(cfg))))
-        else:
-            if not config_path:
-                raise click.UsageError("give --config FILE.yaml (or --fast-perf --model FILE)")
-            result = makertbin_from_config(config_path, model_type)
-        log.info("output: %s", result.bin)
+    log.info("Start hb_mapper....")
+    log.info("hb_mapper version %s", __version__)
+    if fast_perf:
+        if config_path:
+            raise click.UsageError("--fast-perf uses built-in settings; do not give --config")
+        if not model_path or march != "bayes-e":
+            raise click.UsageError("--fast-perf needs --model FILE and --march bayes-e")
+        cfg = fast_perf_config(model_path, march, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
+        result = run_pipeline(job_from_config(cfg.complete(float_inputs(cfg))))
+    else:
+        if not config_path:
+            raise click.UsageError("give --config FILE.yaml (or --fast-perf --model FILE)")
+        result = makertbin_from_config(config_path, model_type)
+    log.info("output: %s", result.bin)
 
 
 @cli.command("infer")
@@ -143,15 +136,14 @@ def makertbin(config_path, model_type, fast_perf, model_path, proto, march, inpu
 def infer(config_path, model_file, model_type, image_files, input_layout, output_dir):
     """Run a float or quantized ONNX model on one input and save its outputs."""
     _logging("infer")
-    with _command_errors("infer"):
-        from bpuemu.host.mapper.infer import run_infer
+    from bpuemu.host.mapper.infer import run_infer
 
-        written = run_infer(config_path, model_file, image_files, output_dir, model_type, input_layout)
-        log.info("wrote %d output file(s) to %s", len(written), output_dir)
+    written = run_infer(config_path, model_file, image_files, output_dir, model_type, input_layout)
+    log.info("wrote %d output file(s) to %s", len(written), output_dir)
 
 
 def main(args=None):
-    main_entry(cli, "hb_mapper", args)
+    run(cli, "hb_mapper", args, hints=HINTS, report=_report)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,7 @@ import os
 
 import click
 
-from bpuemu.host.tools.cli import model_name_option, run, version_option
+from bpuemu.host.cli import model_name_option, run, version_option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -30,3 +30,7 @@ def cli(bin_file, model_name, as_json):
 
 def main(args=None):
     run(cli, "hb_model_info", args)
+
+
+if __name__ == "__main__":
+    main()

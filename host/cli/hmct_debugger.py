@@ -17,7 +17,8 @@ from typing import List, Union
 
 import click
 
-from bpuemu.board.cliutil import BoolFlag, main_entry
+from bpuemu.board.cli.edge import run
+from bpuemu.board.cli.options import BoolFlag
 
 Nested = Union[str, List["Nested"]]
 
@@ -252,4 +253,8 @@ def runall_cmd(model_or_file, calibration_data, save_dir, ns_metrics, output_nod
 
 
 def main(args=None) -> None:
-    main_entry(cli, "hmct-debugger", args)
+    run(cli, "hmct-debugger", args)
+
+
+if __name__ == "__main__":
+    main()

@@ -15,9 +15,8 @@ import click
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.version import __version__
 from bpuemu.common.wire import DEFAULT_PORT
-from bpuemu.board.cliutil import BoolFlag, main_entry
-
-BOOL = BoolFlag()
+from bpuemu.board.cli.edge import run
+from bpuemu.board.cli.options import BOOL
 
 
 def _models(value: str):
@@ -113,7 +112,7 @@ def cli(model, board_ip, run_sim, input_img, digits, dump_all, username, passwor
 
     ssh = None
     if use_ssh:
-        from bpuemu.board.backends import SshOptions
+        from bpuemu.host.clients.ssh_options import SshOptions
 
         ssh = SshOptions(target="", user=username or None, password=password or None, identity=identity or None,
                          known_hosts=known_hosts or None, accept_new_host_key=accept_new, remote_command=remote_command)
@@ -131,7 +130,7 @@ def cli(model, board_ip, run_sim, input_img, digits, dump_all, username, passwor
 
 
 def main(args=None):
-    main_entry(cli, "hb_verifier", args)
+    run(cli, "hb_verifier", args)
 
 
 if __name__ == "__main__":

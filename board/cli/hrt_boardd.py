@@ -14,7 +14,8 @@ import click
 
 from bpuemu.common.version import __version__
 from bpuemu.common.wire import DEFAULT_PORT
-from bpuemu.board.cliutil import main_entry, setup_logging
+from bpuemu.board.cli.edge import run
+from bpuemu.board.cli.logs import DAEMON_FORMAT, setup_logging
 from bpuemu.board.daemon.state import Limits
 from bpuemu.board.security import ServerTls, read_token_file
 
@@ -51,7 +52,7 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
         raise click.UsageError("--tls-cert and --tls-key go together")
     if tls_ca and not tls_cert:
         raise click.UsageError("--tls-ca (client certificates) needs TLS: give --tls-cert and --tls-key too")
-    setup_logging(log_level)
+    setup_logging(log_level, fmt=DAEMON_FORMAT)
     limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs, max_uploads=max_uploads,
                     max_data_connections=max_data_connections, max_frame_count=max_frame_count,
                     max_perf_time_minutes=max_perf_time)
@@ -75,7 +76,7 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
 
 
 def main(args=None):
-    main_entry(cli, "hrt_boardd", args, grpc_core_log=True)
+    run(cli, "hrt_boardd", args, grpc_core_log=True)
 
 
 if __name__ == "__main__":

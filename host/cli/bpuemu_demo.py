@@ -18,35 +18,23 @@ copied.
 """
 import os
 import shlex
-import shutil
 import subprocess
-import sys
 import tempfile
-import time
 
 import click
 
-from bpuemu.board.cliutil import main_entry
-from bpuemu.common.errors import BoardUnavailable
+from bpuemu.board.cli.edge import run
+from bpuemu.host.samples.daemon import console_script, start_daemon
 
 
 def _step(text: str) -> None:
     click.secho(f"\n==> {text}", bold=True)
 
 
-def _script(name: str) -> str:
-    """The console script ``name`` installed beside this Python (else on PATH)."""
-    here = os.path.join(os.path.dirname(sys.executable), name)
-    found = here if os.access(here, os.X_OK) else shutil.which(name)
-    if not found:
-        raise BoardUnavailable(f"{name}: command not found; install bpuemu with pip install '.[host]'")
-    return found
-
-
 def _run(args, cwd=None, show_stderr=False) -> str:
     """Print the command line as a user would type it, then run that console script."""
     click.echo("$ " + shlex.join(args))
-    proc = subprocess.run([_script(args[0])] + list(args[1:]), capture_output=True, text=True, cwd=cwd)
+    proc = subprocess.run([console_script(args[0])] + list(args[1:]), capture_output=True, text=True, cwd=cwd)
     click.echo(proc.stdout.rstrip())
     if show_stderr and proc.returncode == 0:
         click.echo(proc.stderr.rstrip())
@@ -54,26 +42,6 @@ def _run(args, cwd=None, show_stderr=False) -> str:
         click.echo(proc.stderr.rstrip(), err=True)
         raise SystemExit(proc.returncode)
     return proc.stdout
-
-
-def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0):
-    """Start hrt_boardd on a free loopback port; returns (process, "127.0.0.1:PORT")."""
-    port_file = os.path.join(model_dir, "port")
-    if os.path.exists(port_file):
-        os.unlink(port_file)
-    log = open(log_path, "w")
-    args = ["hrt_boardd", "--listen", "127.0.0.1:0", "--model-dir", model_dir, "--port-file", port_file]
-    click.echo("$ " + shlex.join(args) + " &")
-    proc = subprocess.Popen([_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BoardUnavailable(f"hrt_boardd exited with code {proc.returncode}; see {log_path}")
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return proc, f"127.0.0.1:{open(port_file).read().strip()}"
-        time.sleep(0.05)
-    proc.kill()
-    raise BoardUnavailable(f"hrt_boardd did not start within {timeout_s:.0f} s; see {log_path}")
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -107,7 +75,8 @@ def cli(workdir, size, input_type, frame_count):
     click.echo(f"{model}: {os.path.getsize(model)} bytes")
 
     _step("start the board daemon hrt_boardd on loopback")
-    daemon, board = start_daemon(os.path.join(workdir, "board_models"), os.path.join(workdir, "hrt_boardd.log"))
+    daemon, board = start_daemon(os.path.join(workdir, "board_models"), os.path.join(workdir, "hrt_boardd.log"),
+                                 echo=click.echo)
     click.echo(f"hrt_boardd pid {daemon.pid} on {board}")
     exe = ["hrt_model_exec"]
     try:
@@ -141,7 +110,7 @@ def cli(workdir, size, input_type, frame_count):
 
 
 def main(args=None):
-    main_entry(cli, "bpuemu-demo", args)
+    run(cli, "bpuemu-demo", args)
 
 
 if __name__ == "__main__":

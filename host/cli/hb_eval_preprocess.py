@@ -1,7 +1,7 @@
 """hb_eval_preprocess -m MODEL_NAME -i IMAGE_DIR -o OUTPUT_DIR [-v VAL_TXT] [--model_table FILE.yaml]"""
 import click
 
-from bpuemu.host.tools.cli import log, run, setup_logging, version_option
+from bpuemu.host.cli import log, run, setup_logging, version_option
 from bpuemu.host.tools.eval_preprocess import MODELS
 
 
@@ -38,3 +38,7 @@ def cli(model_name, image_dir, output_dir, val_txt, model_table):
 
 def main(args=None):
     run(cli, "hb_eval_preprocess", args)
+
+
+if __name__ == "__main__":
+    main()

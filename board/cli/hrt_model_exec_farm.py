@@ -31,7 +31,7 @@ def _header(target: str, description: str) -> str:
 
 
 def model_info(boards: List[str], model_files: List[str], model_name: str, access: BoardAccess) -> None:
-    from bpuemu.board.hrt_model_exec.report import model_info_text
+    from bpuemu.board.cli.hrt_model_exec_text import model_info_text
 
     def one(target):
         with RemoteBackend(target, model_files, access.token, access.tls) as be:
@@ -48,7 +48,7 @@ def model_info(boards: List[str], model_files: List[str], model_name: str, acces
 def infer(boards: List[str], model_files: List[str], model_name: str, access: BoardAccess,
           read_inputs: Callable, frame_count: int, dump_intermediate: bool, dump_outputs: Callable) -> None:
     """``read_inputs(handle) -> inputs``; ``dump_outputs(target, handle, result) -> files written``."""
-    from bpuemu.board.hrt_model_exec.report import infer_text
+    from bpuemu.board.cli.hrt_model_exec_text import infer_text
 
     def one(target):
         with RemoteBackend(target, model_files, access.token, access.tls) as be:
@@ -96,7 +96,7 @@ class _FarmProgress:
 
 def perf(boards: List[str], model_files: List[str], model_name: str, access: BoardAccess, config: PerfConfig,
          read_inputs: Callable, progress_bar, profile_path: str) -> None:
-    from bpuemu.board.hrt_model_exec.report import farm_perf_text
+    from bpuemu.board.cli.hrt_model_exec_text import farm_perf_text
 
     with progress_bar(config.frame_count * len(boards) if config.perf_time_minutes == 0 else 0) as bar:
         outcomes = farm_perf(boards, model_files, model_name, config, read_inputs, access, progress=_FarmProgress(bar))

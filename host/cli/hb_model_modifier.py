@@ -2,7 +2,7 @@
 import click
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.host.tools.cli import log, run, setup_logging, version_option
+from bpuemu.host.cli import log, run, setup_logging, version_option
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
@@ -45,3 +45,7 @@ def cli(bin_file, model_file, remove, types, output):
 
 def main(args=None):
     run(cli, "hb_model_modifier", args)
+
+
+if __name__ == "__main__":
+    main()

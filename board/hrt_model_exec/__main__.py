@@ -1,3 +1,0 @@
-from bpuemu.board.hrt_model_exec.cli import main
-
-main()

@@ -1,3 +1,0 @@
-from bpuemu.host.mapper.cli import main
-
-main()

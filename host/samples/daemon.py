@@ -1,0 +1,46 @@
+"""Starting the board daemon the way a user does: the ``hrt_boardd`` console script on a free loopback port.
+
+Used by bpuemu-demo and the benchmarks.
+"""
+import os
+import shlex
+import shutil
+import subprocess
+import sys
+import time
+from typing import Callable, Optional
+
+from bpuemu.common.errors import BoardUnavailable
+
+
+def console_script(name: str) -> str:
+    """The console script ``name`` installed beside this Python (else on PATH)."""
+    here = os.path.join(os.path.dirname(sys.executable), name)
+    found = here if os.access(here, os.X_OK) else shutil.which(name)
+    if not found:
+        raise BoardUnavailable(f"{name}: command not found; install bpuemu with pip install '.[host]'")
+    return found
+
+
+def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0, echo: Optional[Callable[[str], None]] = None):
+    """Start hrt_boardd on a free loopback port; returns (process, "127.0.0.1:PORT").
+
+    ``echo`` is given the command line, as a user would type it.
+    """
+    port_file = os.path.join(model_dir, "port")
+    if os.path.exists(port_file):
+        os.unlink(port_file)
+    log = open(log_path, "w")
+    args = ["hrt_boardd", "--listen", "127.0.0.1:0", "--model-dir", model_dir, "--port-file", port_file]
+    if echo is not None:
+        echo("$ " + shlex.join(args) + " &")
+    proc = subprocess.Popen([console_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise BoardUnavailable(f"hrt_boardd exited with code {proc.returncode}; see {log_path}")
+        if os.path.exists(port_file) and open(port_file).read().strip():
+            return proc, f"127.0.0.1:{open(port_file).read().strip()}"
+        time.sleep(0.05)
+    proc.kill()
+    raise BoardUnavailable(f"hrt_boardd did not start within {timeout_s:.0f} s; see {log_path}")

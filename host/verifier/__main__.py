@@ -1,3 +1,0 @@
-from bpuemu.host.verifier.cli import main
-
-main()
