@@ -38,7 +38,7 @@ def debug_enabled() -> bool:
 
 def error_lines(exc: BpuEmuError, hints: Optional[Mapping[str, str]] = None) -> list:
     """The lines a user error prints: the message, then a hint in this command's own flags."""
-    lines = [exc.message]
+    lines = str(exc.message).splitlines() or [type(exc).__name__]
     hint = exc.hint or (hints or {}).get(getattr(exc, "subject", "") or "", "")
     if hint:
         lines.append(f"Hint: {hint}")
