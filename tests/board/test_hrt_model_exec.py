@@ -1,7 +1,7 @@
 """hrt_model_exec against a real hrt_boardd: the same command line, local or --board.
 
 Every command runs as the user would run it (``python -m
-bpuemu.board.hrt_model_exec`` in a subprocess, from a scratch directory).
+bpuemu.board.cli.hrt_model_exec`` in a subprocess, from a scratch directory).
 Outputs dumped locally and through the board must be identical byte for byte;
 errors must be one ``ERROR`` line (plus an optional ``Hint:``), never a
 traceback, and must leave the daemon serving with a clean model store.

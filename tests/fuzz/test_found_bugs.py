@@ -50,7 +50,7 @@ def test_an_inconsistent_plan_is_refused_at_load(sample_bins, edit, words):
     ("x.png", b"\x89PNG\r\n\x1a\n" + b"\0" * 20, "cannot decode image"),
 ])
 def test_unreadable_input_files_are_one_user_error(tmp_path, sample_bins, name, content, words):
-    from bpuemu.board.hrt_model_exec.inputs import read_input
+    from bpuemu.board.runtime.inputs import read_input
 
     spec = read_bin(sample_bins["rgb"]).model().input_specs[0]
     path = tmp_path / name

@@ -64,7 +64,7 @@ def _run(model, inputs) -> None:
 
 
 def check_hrt_model_exec(tmp: str, model, content) -> None:
-    from bpuemu.board.hrt_model_exec.inputs import read_inputs
+    from bpuemu.board.runtime.inputs import read_inputs
 
     suffix, data = content
     path = os.path.join(tmp, "input" + suffix)

@@ -1,6 +1,6 @@
 """hb_model_info, hb_pack and hb_model_modifier on `.bin` files made by hb_mapper makertbin.
 
-The tools run through their real entry points (``main`` with ``main_entry``,
+The tools run through their real entry points (``main`` with the CLI edge ``bpuemu.board.cli.run``,
 so exit codes and the one-line errors are what a user sees); the modified and
 packed files are loaded by the real runtime (bpuemu.board.runtime.Runtime)
 and by hrt_model_exec, and compared with the originals bit for bit.
