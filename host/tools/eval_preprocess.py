@@ -116,6 +116,9 @@ def parse_entry(name: str, entry) -> EvalModel:
         raise InvalidInput(f"model '{name}': input_layout_rt '{layout}' is not NHWC or NCHW")
     if rt == "nv12" and (h % 2 or w % 2):
         raise InvalidInput(f"model '{name}': nv12 needs an even height and width, not {h}x{w}")
+    for key in ("resize_to", "pad_value"):
+        if key in entry and (isinstance(entry[key], bool) or not isinstance(entry[key], int)):
+            raise InvalidInput(f"model '{name}': {key} {entry[key]!r} is not a whole number")
     try:
         t = ImageTransforms.from_dict({**entry, "height": h, "width": w})
     except (InvalidInput, TypeError) as exc:

@@ -156,6 +156,15 @@ def test_val_txt_orders_and_bad_inputs_are_one_line_each(tmp_path):
     bad = _table(tmp_path, {"x": {"size": "31x31", "input_type_rt": "nv12"}})
     proc = _tool("hb_eval_preprocess", "-m", "x", "-i", src, "-o", tmp_path / "o3", "--model_table", bad, cwd=tmp_path)
     assert proc.returncode != 0 and "nv12 needs an even height and width" in proc.stderr
+    for entry, words in (({"size": "8x8", "resize": "zoom"}, "resize 'zoom' is not one of stretch, short_side, fit"),
+                         ({"size": "8x8", "resize_to": "256"}, "resize_to '256' is not a whole number"),
+                         ({"size": "8x8", "colour": "rgb"}, "unknown key(s) colour"),
+                         ({"resize": "fit"}, "size (HxW) is missing"),
+                         ({"size": "8x8", "resize": "short_side", "resize_to": 10}, "without crop gives")):
+        bad = _table(tmp_path, {"x": entry})
+        proc = _tool("hb_eval_preprocess", "-m", "x", "-i", src, "-o", tmp_path / "o4", "--model_table", bad,
+                     cwd=tmp_path)
+        assert proc.returncode != 0 and words in proc.stderr and "Traceback" not in proc.stderr, (entry, proc.stderr)
 
 
 def test_help_lists_models_and_version():
