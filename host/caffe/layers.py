@@ -166,6 +166,9 @@ def pooling(ctx: LayerContext) -> None:
     oh, ow = _pooled(h, kh, ph, sh), _pooled(w, kw, pw, sw)
     # Extra end padding so that floor rounding over it gives Caffe's (ceil) size.
     eh, ew = max(0, (oh - 1) * sh + kh - h - 2 * ph), max(0, (ow - 1) * sw + kw - w - 2 * pw)
+    if ph + eh >= kh or pw + ew >= kw:
+        raise ctx.error(f"its last window (kernel {kh}x{kw}, stride {sh}x{sw}, pad {ph}x{pw}) lies outside the "
+                        f"{h}x{w} input after Caffe's ceil rounding; use a stride no larger than the kernel")
     attrs = dict(kernel_shape=[kh, kw], strides=[sh, sw])
     if is_max:  # max ignores padding: Caffe clips windows to the input, ONNX pads with -inf
         ctx.top(ctx.emit("MaxPool", [ctx.x], (n, c, oh, ow), pads=[ph, pw, ph + eh, pw + ew], **attrs))

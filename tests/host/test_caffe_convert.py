@@ -69,6 +69,25 @@ def test_pooling_rounds_like_caffe(tmp_path, rng, pool, pad, kernel, stride, siz
     _compare(tmp_path, b, _image(rng, (1, 2, size, size)))
 
 
+def test_pooling_rounding_over_many_random_geometries(tmp_path, rng):
+    """40 random (pool, kernel, stride <= kernel, pad < kernel) on one 2x13x11 input, each layer an output,
+    against OpenCV at once; a stride beyond the kernel whose last window misses the input is refused clearly."""
+    b = CaffeNetBuilder()
+    b.input("data", (1, 2, 13, 11))
+    for i in range(40):
+        kernel = int(rng.integers(1, 6))
+        b.layer(f"pool{i}", "Pooling", "data", pooling_param={
+            "pool": int(rng.integers(0, 2)), "kernel_size": kernel, "stride": int(rng.integers(1, kernel + 1)),
+            "pad": int(rng.integers(0, kernel))})
+    _compare(tmp_path, b, _image(rng, (1, 2, 13, 11)))
+    b = CaffeNetBuilder()
+    b.input("data", (1, 2, 11, 11))
+    b.layer("pool", "Pooling", "data", pooling_param={"pool": 0, "kernel_size": 1, "stride": 3})
+    proto, weights = b.write(str(tmp_path), "degenerate")
+    with pytest.raises(InvalidInput, match="layer name=pool type=Pooling: its last window"):
+        caffe_to_onnx(proto, weights)
+
+
 def test_global_pooling_deconv_group_dilation(tmp_path, rng):
     b = CaffeNetBuilder()
     b.input("data", (1, 4, 9, 9))
