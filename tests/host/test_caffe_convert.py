@@ -88,6 +88,33 @@ def test_pooling_rounding_over_many_random_geometries(tmp_path, rng):
         caffe_to_onnx(proto, weights)
 
 
+def test_convolution_geometries(tmp_path, rng):
+    """Random Convolution/Deconvolution (kernel_h/_w, stride_h/_w, pad_h/_w, dilation, group), each an output of
+    one net, against OpenCV; a transposed InnerProduct against numpy (OpenCV's importer ignores ``transpose``)."""
+    b = CaffeNetBuilder()
+    b.input("data", (1, 4, 12, 10))
+    for i in range(12):
+        deconv = i % 3 == 2
+        kh, kw = int(rng.integers(1, 5)), int(rng.integers(1, 5))
+        group, out = int(rng.choice([1, 2])), 2 * int(rng.integers(1, 4))
+        param = {"num_output": out, "group": group, "kernel_h": kh, "kernel_w": kw,
+                 "stride_h": int(rng.integers(1, 3)), "stride_w": int(rng.integers(1, 4)),
+                 "pad_h": int(rng.integers(0, kh)), "pad_w": int(rng.integers(0, kw)),
+                 "bias_term": bool(i % 2)}
+        if not deconv:
+            param["dilation"] = [int(rng.integers(1, 3))]
+        weight = b.randn(4, out // group, kh, kw) if deconv else b.randn(out, 4 // group, kh, kw)
+        blobs = [weight, b.randn(out)] if param["bias_term"] else [weight]
+        b.layer(f"conv{i}", "Deconvolution" if deconv else "Convolution", "data", blobs=blobs, convolution_param=param)
+    x = _image(rng, (1, 4, 12, 10))
+    _compare(tmp_path, b, x)
+    weight, bias = b.randn(4 * 12 * 10, 3), b.randn(3)  # Caffe keeps a transposed weight as K x N
+    b.layer("fc_t", "InnerProduct", "data", blobs=[weight, bias], inner_product_param={"num_output": 3, "transpose": True})
+    proto, weights = b.write(str(tmp_path), "fc_t")
+    names, outs = _run(caffe_to_onnx(proto, weights), x)
+    np.testing.assert_allclose(outs[names.index("fc_t")], x.reshape(1, -1) @ weight + bias, rtol=1e-5, atol=1e-5)
+
+
 def test_global_pooling_deconv_group_dilation(tmp_path, rng):
     b = CaffeNetBuilder()
     b.input("data", (1, 4, 9, 9))
