@@ -119,7 +119,11 @@ def convert_net(net: CaffeNet, input_shapes: Optional[Dict[str, Tuple[int, ...]]
     if unknown:
         raise InvalidInput(f"input shapes name {sorted(unknown)}, which are not inputs of the Caffe net")
     requested: Dict[str, str] = {}
-    for layer in layers:
+    read_after = [set() for _ in layers]  # blobs that layers after layer i read
+    for i in range(len(layers) - 2, -1, -1):
+        read_after[i] = read_after[i + 1] | set(layers[i + 1].bottom)
+    for i, layer in enumerate(layers):
+        graph.read_later = read_after[i]
         ctx = LayerContext(graph, layer, net.blobs.get(layer.name, []))
         CONVERTERS[layer.type](ctx)
         if layer.name in output_nodes:

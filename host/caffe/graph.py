@@ -33,6 +33,8 @@ class Graph:
         self.shapes: Dict[str, Shape] = {}
         self.producer: Dict[str, onnx.NodeProto] = {}
         self.consumed: Dict[str, int] = {}
+        #: blobs that layers after the one being converted read (a fold must not change what they see).
+        self.read_later = set()
         #: blob name -> shape given by the user (--input-shape, input_shape), overriding the prototxt's.
         self.input_shapes: Dict[str, Shape] = {}
         self._used = set()

@@ -55,6 +55,16 @@ def test_conv_bn_scale_relu_pool_ip_softmax(tmp_path, rng):
     assert names == ["prob"] and outs[0].shape == (1, 5)
 
 
+def test_batch_norm_output_read_after_its_scale_is_not_folded(tmp_path, rng):
+    b = CaffeNetBuilder()
+    b.input("data", (1, 3, 5, 5))
+    b.layer("bn", "BatchNorm", "data", blobs=[b.randn(3), np.abs(b.randn(3)) + 0.5, [1.0]])
+    b.layer("scale", "Scale", "bn", blobs=[b.randn(3) + 2, b.randn(3)], scale_param={"bias_term": True})
+    b.layer("sum", "Eltwise", ["bn", "scale"])  # reads the plain BatchNorm output too
+    model, _, _ = _compare(tmp_path, b, _image(rng, (1, 3, 5, 5)))
+    assert [n.op_type for n in model.graph.node] == ["BatchNormalization", "Mul", "Add", "Add"]
+
+
 @pytest.mark.parametrize("pool,pad,kernel,stride,size", [
     (1, 0, 3, 2, 10),   # AVE, ceil overhang, no pad: the window is clipped to the input
     (1, 1, 3, 2, 10),   # AVE with pad and overhang: the divisor counts the pad, not the overhang
