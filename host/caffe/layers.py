@@ -268,10 +268,11 @@ def _fold_into_batch_norm(ctx: LayerContext, gamma, beta) -> bool:
     graph = ctx.graph
     node = graph.producer.get(ctx.x)
     shape = ctx.shape()
-    bottom = ctx.layer.bottom[0]
+    # Blobs still naming the BatchNorm output after this layer (its bottom unless overwritten, Split aliases).
+    aliases = {b for b, t in graph.blob_tensor.items() if t == ctx.x} - set(ctx.layer.top)
     if (node is None or node.op_type != "BatchNormalization" or graph.consumed.get(ctx.x, 0) or gamma is None
             or ctx.layer.scale_param.axis not in (1, 1 - len(shape)) or gamma.size != shape[1]
-            or (bottom not in ctx.layer.top and bottom in graph.read_later)):  # a later layer reads the BN output
+            or aliases & graph.read_later):  # a later layer reads the plain BatchNorm output
         return False
     inits = {t.name: t for t in graph.initializers}
     for index, value in ((1, gamma), (2, beta)):
