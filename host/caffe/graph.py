@@ -140,12 +140,16 @@ class LayerContext:
 
     def emit_many(self, op: str, inputs: Sequence[str], shapes: Sequence[Shape], suffix: Optional[str] = None,
                   **attrs) -> List[str]:
-        layer = self.layer
-        name = layer.name if suffix is None else f"{layer.name}_{suffix}"
+        """One node with an output per shape. The layer's own node (no ``suffix``) names its outputs after the
+        layer's tops where those names are still free; helper nodes use ``<layer>_<suffix>[_out<i>]``."""
+        name = self.layer.name if suffix is None else f"{self.layer.name}_{suffix}"
         outs = []
         for i, shape in enumerate(shapes):
-            wanted = layer.top[i] if suffix is None and i < len(layer.top) else f"{name}_out{i}" if len(shapes) > 1 else name
-            out = self.graph.unique(name if self.graph.is_used(wanted) else wanted)
+            if suffix is None and i < len(self.layer.top) and not self.graph.is_used(self.layer.top[i]):
+                wanted = self.layer.top[i]
+            else:
+                wanted = f"{name}_out{i}" if len(shapes) > 1 else name
+            out = self.graph.unique(wanted)
             self.graph.shapes[out] = tuple(int(d) for d in shape)
             outs.append(out)
         self.graph.add_node(op, inputs, outs, name, **attrs)
