@@ -266,6 +266,40 @@ def test_legacy_input_dim_and_input_shape_override(tmp_path, rng):
     assert relative_diff(ours[0], opencv_forward(proto, weights, x, ["conv"])[0]) <= 1e-4
 
 
+def test_v1_layers_with_legacy_4d_blobs(tmp_path, rng):
+    """Caffe's older format: ``layers { type: CONVOLUTION }`` and blobs with num/channels/height/width."""
+    from bpuemu.host.caffe import caffe_pb2
+    from google.protobuf import text_format
+
+    net = caffe_pb2.NetParameter(name="v1", input=["data"], input_dim=[1, 3, 8, 8])
+    V1 = caffe_pb2.V1LayerParameter
+    w, bias = rng.standard_normal((4, 3, 3, 3)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+    fc = rng.standard_normal((5, 4 * 3 * 3)).astype(np.float32)
+    conv = net.layers.add(name="conv", type=V1.CONVOLUTION, bottom=["data"], top=["conv"])
+    conv.convolution_param.num_output, conv.convolution_param.stride[:] = 4, [2]
+    conv.convolution_param.kernel_size[:] = [3]
+    conv.blobs.add(num=4, channels=3, height=3, width=3, data=w.ravel())
+    conv.blobs.add(num=1, channels=1, height=1, width=4, data=bias)
+    net.layers.add(name="relu", type=V1.RELU, bottom=["conv"], top=["conv"])
+    ip = net.layers.add(name="fc", type=V1.INNER_PRODUCT, bottom=["conv"], top=["fc"])
+    ip.inner_product_param.num_output = 5
+    ip.blobs.add(num=1, channels=1, height=5, width=36, data=fc.ravel())
+    ip.blobs.add(num=1, channels=1, height=1, width=5, data=np.zeros(5, np.float32))
+    net.layers.add(name="prob", type=V1.SOFTMAX, bottom=["fc"], top=["prob"])
+    (tmp_path / "v1.caffemodel").write_bytes(net.SerializeToString())
+    deploy = caffe_pb2.NetParameter()
+    deploy.CopyFrom(net)
+    for layer in deploy.layers:
+        del layer.blobs[:]
+    (tmp_path / "v1.prototxt").write_text(text_format.MessageToString(deploy))
+    proto, weights = str(tmp_path / "v1.prototxt"), str(tmp_path / "v1.caffemodel")
+    model = caffe_to_onnx(proto, weights)
+    x = _image(rng, (1, 3, 8, 8))
+    names, ours = _run(model, x)
+    assert names == ["prob"]
+    assert relative_diff(ours[0], opencv_forward(proto, weights, x, names)[0]) <= 1e-4
+
+
 def test_every_unsupported_layer_is_named_at_once(tmp_path):
     b = CaffeNetBuilder()
     b.input("data", (1, 3, 8, 8))
