@@ -107,37 +107,25 @@ def caffe_inputs(prototxt: str) -> List[Tuple[str, List[Optional[int]]]]:
     return [(name, [d if d > 0 else None for d in shape]) for name, shape in inputs_of(declared_inputs(net), layers)]
 
 
-def convert_net(net: CaffeNet, input_shapes: Optional[Dict[str, Tuple[int, ...]]] = None,
-                output_nodes: Sequence[str] = ()) -> onnx.ModelProto:
-    layers = _needed(net.layers, output_nodes) if output_nodes else net.layers
-    _check_supported(layers)
-    graph = Graph(net.name)
-    graph.input_shapes = {k: tuple(v) for k, v in (input_shapes or {}).items()}
-    for name, shape in net.inputs.items():
-        graph.add_input(name, graph.input_shapes.get(name, shape))
-    unknown = set(graph.input_shapes) - {n for n, _ in inputs_of(net.inputs, layers)}
-    if unknown:
-        raise InvalidInput(f"input shapes name {sorted(unknown)}, which are not inputs of the Caffe net")
+def _convert_layers(graph: Graph, net: CaffeNet, layers, output_nodes: Sequence[str]) -> Dict[str, str]:
+    """Run each layer's converter in net order; returns blob -> tensor for the tops of ``output_nodes``."""
     requested: Dict[str, str] = {}
     read_after = [set() for _ in layers]  # blobs that layers after layer i read
     for i in range(len(layers) - 2, -1, -1):
         read_after[i] = read_after[i + 1] | set(layers[i + 1].bottom)
     for i, layer in enumerate(layers):
         graph.read_later = read_after[i]
-        ctx = LayerContext(graph, layer, net.blobs.get(layer.name, []))
-        CONVERTERS[layer.type](ctx)
+        CONVERTERS[layer.type](LayerContext(graph, layer, net.blobs.get(layer.name, [])))
         if layer.name in output_nodes:
-            for t in layer.top:
-                requested[t] = graph.blob_tensor[t]
-    bad = [vi.name for vi in graph.inputs if not vi.type.tensor_type.shape.dim
-           or any(d.dim_value <= 0 for d in vi.type.tensor_type.shape.dim)]
-    if bad:
-        raise InvalidInput(f"Caffe input {', '.join(bad)} has no fixed shape",
-                           hint="give it with --input-shape NAME 1x3x224x224, or input_shape in the yaml")
+            requested.update({t: graph.blob_tensor[t] for t in layer.top})
+    return requested
+
+
+def _model_outputs(graph: Graph, layers, requested: Dict[str, str]) -> Dict[str, str]:
+    """blob -> tensor of the model outputs: the requested ones, else Caffe's (blobs no layer reads afterwards)."""
     outputs = requested or {b: graph.blob_tensor[b] for b in _net_outputs(layers) if b in graph.blob_tensor}
-    outputs = {b: t for b, t in outputs.items() if t not in {vi.name for vi in graph.inputs}}
-    if not outputs:
-        raise InvalidInput("the Caffe net has no output blob")
+    inputs = {vi.name for vi in graph.inputs}
+    outputs = {b: t for b, t in outputs.items() if t not in inputs}
     constants = graph.constants()
     for blob in [b for b, t in outputs.items() if t in constants]:
         # A runtime output must be computed; the priors are known before any input arrives.
@@ -147,6 +135,21 @@ def convert_net(net: CaffeNet, input_shapes: Optional[Dict[str, Tuple[int, ...]]
         del outputs[blob]
     if not outputs:
         raise InvalidInput("the Caffe net has no output that depends on its input")
+    return outputs
+
+
+def convert_net(net: CaffeNet, input_shapes: Optional[Dict[str, Tuple[int, ...]]] = None,
+                output_nodes: Sequence[str] = ()) -> onnx.ModelProto:
+    layers = _needed(net.layers, output_nodes) if output_nodes else net.layers
+    _check_supported(layers)
+    graph = Graph(net.name)
+    graph.input_shapes = {k: tuple(v) for k, v in (input_shapes or {}).items()}
+    unknown = set(graph.input_shapes) - {n for n, _ in inputs_of(net.inputs, layers)}
+    if unknown:
+        raise InvalidInput(f"input shapes name {sorted(unknown)}, which are not inputs of the Caffe net")
+    for name, shape in net.inputs.items():
+        graph.add_input(name, graph.input_shapes.get(name, shape))
+    outputs = _model_outputs(graph, layers, _convert_layers(graph, net, layers, output_nodes))
     model = graph.model(list(outputs.values()))
     _name_outputs_after_blobs(model, outputs, graph)
     onnx.checker.check_model(model)

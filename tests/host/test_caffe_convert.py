@@ -259,6 +259,10 @@ def test_legacy_input_dim_and_input_shape_override(tmp_path, rng):
     proto, weights = b.write(str(tmp_path))
     assert caffe_inputs(proto) == [("data", [1, 3, 12, 12])]
     model = caffe_to_onnx(proto, weights, {"data": (1, 3, 30, 20)})  # a fully convolutional net at another size
+    with pytest.raises(InvalidInput, match="input shapes name \\['date'\\]"):
+        caffe_to_onnx(proto, weights, {"date": (1, 3, 30, 20)})
+    with pytest.raises(InvalidInput, match="Caffe input data has no fixed shape \\(1x3x0x20\\)"):
+        caffe_to_onnx(proto, weights, {"data": (1, 3, 0, 20)})
     dims = [d.dim_value for d in model.graph.output[0].type.tensor_type.shape.dim]
     assert dims == [1, 2, 28, 18]
     x = _image(rng, (1, 3, 30, 20))
