@@ -28,7 +28,7 @@ from bpuemu.common.proto import model_pb2
 from bpuemu.board.client import BoardClient
 from bpuemu.board.runtime import InferResult, LoadedModel, Runtime, run_frames
 from bpuemu.board.runtime.model import ModelDescription
-from bpuemu.board.runtime.perf import PerfConfig, PerfReport, run_perf
+from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport, run_perf
 
 
 class ModelHandle(ModelDescription):

@@ -61,7 +61,7 @@ from bpuemu.common.wire import (
 )
 from bpuemu.board.messages import infer_request, infer_result, onnxruntime_version, perf_report_from_proto
 from bpuemu.board.runtime.infer import InferResult
-from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 from bpuemu.board.security import TlsConfig, client_token
 
 

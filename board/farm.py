@@ -41,7 +41,7 @@ from bpuemu.common.wire import join_target, split_target
 from bpuemu.board.backends import RemoteBackend
 from bpuemu.board.client import BoardClient, Deadlines
 from bpuemu.board.runtime.infer import InferResult
-from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 from bpuemu.board.security import TlsConfig
 
 T = TypeVar("T")

@@ -15,7 +15,7 @@ from bpuemu.common.proto import board_pb2
 from bpuemu.common.version import API_VERSION, FORMAT_MAJOR, FORMAT_MINOR, RUNTIME_VERSION, __version__
 from bpuemu.common.tensor import from_wire, to_wire
 from bpuemu.board.runtime.infer import InferResult
-from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 
 _PERF_FIELDS = (
     "thread_num", "frame_count", "run_time_ms", "total_latency_ms", "average_latency_ms",

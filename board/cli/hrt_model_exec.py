@@ -159,7 +159,7 @@ def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, f
 def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, perf_time, thread_num,
          profile_path):
     """Measure latency and frame rate on the board itself (on every board of a farm at once)."""
-    from bpuemu.board.runtime.perf import PerfConfig
+    from bpuemu.board.runtime.perf_job import PerfConfig
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
                         core_id=core_id, profile=bool(profile_path))

@@ -16,7 +16,7 @@ import numpy as np
 
 from bpuemu.board.backends import RemoteBackend
 from bpuemu.board.farm import BoardAccess, BoardOutcome, failures_line, fan_out, farm_perf, profile_dir, summarize
-from bpuemu.board.runtime.perf import PerfConfig
+from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.common.atomic import write_file_atomic
 
 

@@ -14,7 +14,7 @@ from bpuemu.board.messages import (
     infer_reply, local_board_info, perf_config_from_request, perf_report_to_proto, request_inputs,
 )
 from bpuemu.board.daemon.state import BoardState
-from bpuemu.board.runtime.perf import run_perf
+from bpuemu.board.runtime.perf_job import run_perf
 
 log = logging.getLogger("bpuemu.board.daemon")
 

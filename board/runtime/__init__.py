@@ -18,7 +18,7 @@ from bpuemu.common.container import BinFile, read_bin, select_model
 from bpuemu.common.errors import InvalidInput
 from bpuemu.board.runtime.infer import InferResult, run_frames
 from bpuemu.board.runtime.model import LoadedModel
-from bpuemu.board.runtime.perf import PerfConfig, PerfReport, run_perf
+from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport, run_perf
 
 __all__ = ["Runtime", "LoadedModel", "InferResult", "run_frames", "PerfConfig", "PerfReport", "run_perf"]
 

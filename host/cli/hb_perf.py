@@ -19,8 +19,8 @@ from bpuemu.host.cli import log, model_name_option, run, setup_logging, version_
 def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
     """Estimate the performance of a hybrid model (*.bin) and write hb_perf_result/<model>/."""
     from bpuemu.common.container import read_bin
-    from bpuemu.host.tools import perf
-    from bpuemu.host.tools.perf.compare import compare, compare_text, profiler_log_for, read_profiler_file
+    from bpuemu.host.tools import static_perf as perf
+    from bpuemu.host.tools.static_perf.compare import compare, compare_text, profiler_log_for, read_profiler_file
 
     setup_logging()
     binfile = read_bin(bin_file)

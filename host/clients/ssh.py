@@ -70,7 +70,7 @@ from bpuemu.common.wire import join_target, split_target
 from bpuemu.board.backends import Backend, ModelHandle, Platform, TransportRequest
 from bpuemu.board.client import InferResult
 from bpuemu.board.runtime.dump import safe
-from bpuemu.board.runtime.perf import PerfConfig, PerfReport
+from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 from bpuemu.host.clients.ssh_options import SshOptions
 
 log = logging.getLogger(__name__)

@@ -289,13 +289,13 @@ def _convert(job: ConvertJob, out_dir: str):
         for r in removed:
             log.info("removed node %s (remove_node_type/remove_node_name)", getattr(r, "name", r))
     try:
-        from bpuemu.host.tools.perf.estimate import estimate_model
+        from bpuemu.host.tools.static_perf.estimate import estimate_model
 
         est = estimate_model(model, blobs)
         log.info("static performance estimate, %s:", est.strategy.describe())
         log.info(est.line())
         if job.advice:
-            from bpuemu.host.tools.perf.estimate import advice_lines
+            from bpuemu.host.tools.static_perf.estimate import advice_lines
 
             for line in advice_lines(est, job.advice):
                 log.info(line)

@@ -19,7 +19,7 @@ import onnxruntime
 import pytest
 
 from bpuemu.board.backends import LocalBackend, RemoteBackend
-from bpuemu.board.runtime.perf import PerfConfig
+from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.common.container import file_sha256
 from bpuemu.common.errors import (
     BoardUnavailable,

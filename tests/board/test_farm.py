@@ -19,7 +19,7 @@ import pytest
 
 from bpuemu.board.backends import LocalBackend
 from bpuemu.board.farm import BoardAccess, FarmClient, farm_perf, parse_boards, summarize
-from bpuemu.board.runtime.perf import PerfConfig
+from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.board.security import TlsConfig
 from bpuemu.common.errors import BoardUnavailable, Cancelled, InvalidInput
 

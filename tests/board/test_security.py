@@ -18,7 +18,7 @@ import pytest
 from bpuemu.board.client import BoardClient
 from bpuemu.board.daemon.datachannel import DataChannelServer
 from bpuemu.board.daemon.state import BoardState, Limits
-from bpuemu.board.runtime.perf import PerfConfig
+from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.board.security import TlsConfig
 from bpuemu.common.container import read_bin, sha256_hex, write_bin
 from bpuemu.common.errors import BoardUnavailable, Cancelled, InvalidInput, NotFound, ResourceExhausted, Unauthenticated

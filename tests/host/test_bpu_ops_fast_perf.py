@@ -102,7 +102,7 @@ def test_makertbin_compiles_pow_and_argmax_into_a_bpu_subgraph_bit_exact_with_qu
 
 
 def test_hb_perf_costs_pow_and_argmax_on_the_vector_unit(tmp_path):
-    from bpuemu.host.tools import perf
+    from bpuemu.host.tools import static_perf as perf
 
     art = _convert(tmp_path, pow_argmax_model())
     b = read_bin(art.bin)

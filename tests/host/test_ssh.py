@@ -19,7 +19,7 @@ import numpy as np
 import pytest
 
 from bpuemu.board.backends import LocalBackend, TransportRequest, load_transport, open_backend
-from bpuemu.board.runtime.perf import PerfConfig
+from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.common.errors import BoardUnavailable, DeadlineExceeded, NotFound, PermissionDenied, Unauthenticated
 from bpuemu.common.input_types import random_rt_input
 from bpuemu.host.clients.ssh import SshBackend, parse_target, parse_perf_console

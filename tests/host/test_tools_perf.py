@@ -14,9 +14,9 @@ pytest.importorskip("bpuemu.host.mapper.makertbin")
 
 from bpuemu.common.container import read_bin  # noqa: E402
 from bpuemu.host.tools import pack  # noqa: E402
-from bpuemu.host.tools import perf  # noqa: E402
+from bpuemu.host.tools import static_perf as perf  # noqa: E402
 from bpuemu.host.cli import hb_perf as perf_cli  # noqa: E402
-from bpuemu.host.tools.perf.structure import BPU_COLOUR, CPU_COLOUR  # noqa: E402
+from bpuemu.host.tools.static_perf.structure import BPU_COLOUR, CPU_COLOUR  # noqa: E402
 import tools_models  # noqa: E402
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")

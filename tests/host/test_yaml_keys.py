@@ -24,7 +24,7 @@ from bpuemu.common.errors import BpuEmuError
 from bpuemu.common.proto import model_pb2
 from bpuemu.host.config import tables as T
 from bpuemu.host.mapper.makertbin import makertbin_from_config
-from bpuemu.host.tools import perf
+from bpuemu.host.tools import static_perf as perf
 
 from caffe_nets import CaffeNetBuilder
 from makertbin_helpers import write_cal_dir

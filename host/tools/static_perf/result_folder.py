@@ -16,8 +16,8 @@ import os
 from dataclasses import dataclass
 from typing import List
 
-from bpuemu.host.tools.perf.estimate import MB, ModelEstimate, SubgraphEstimate
-from bpuemu.host.tools.perf.structure import BPU_COLOUR, CPU_COLOUR, Structure, dot, draw_png
+from bpuemu.host.tools.static_perf.estimate import MB, ModelEstimate, SubgraphEstimate
+from bpuemu.host.tools.static_perf.structure import BPU_COLOUR, CPU_COLOUR, Structure, dot, draw_png
 
 _CSS = """
 body { font-family: Helvetica, Arial, sans-serif; margin: 24px; color: #222; }

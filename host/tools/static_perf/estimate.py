@@ -3,9 +3,9 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
 from bpuemu.common.proto import model_pb2
-from bpuemu.host.tools.perf.layers import Layer, io_tensors, subgraph_layers
-from bpuemu.host.tools.perf.strategy import CompileStrategy, strategy_of
-from bpuemu.host.tools.perf.x5 import X5_BPU, X5Bpu
+from bpuemu.host.tools.static_perf.layers import Layer, io_tensors, subgraph_layers
+from bpuemu.host.tools.static_perf.strategy import CompileStrategy, strategy_of
+from bpuemu.host.tools.static_perf.x5 import X5_BPU, X5Bpu
 from bpuemu.host.tools.plan import Kind, piece_model
 
 MB = float(1 << 20)

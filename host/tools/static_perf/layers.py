@@ -10,7 +10,7 @@ QuantizeLinear follows (an int32 tail).
 
 The BPU type name and the unit a layer runs on come from the op table
 (bpuemu.host.compiler.optable); the OPs formulas are in ``OPS_FORMULAS``, keyed by ONNX
-op type (see bpuemu.host.tools.perf.x5 for the whole cost model).
+op type (see bpuemu.host.tools.static_perf.x5 for the whole cost model).
 """
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -20,8 +20,8 @@ import onnx
 from onnx import numpy_helper
 
 from bpuemu.host.compiler.optable import BPU_OPS
-from bpuemu.host.tools.perf.strategy import DEFAULT_STRATEGY, CompileStrategy
-from bpuemu.host.tools.perf.x5 import X5Bpu, align
+from bpuemu.host.tools.static_perf.strategy import DEFAULT_STRATEGY, CompileStrategy
+from bpuemu.host.tools.static_perf.x5 import X5Bpu, align
 from bpuemu.host.tools.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
 
 Shape = Tuple[int, ...]

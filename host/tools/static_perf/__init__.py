@@ -7,7 +7,8 @@
 The cost model is in ``x5`` (its docstring has every formula and parameter),
 the compile_mode / optimize_level it is costed for in ``strategy``,
 the per-layer analysis of the ONNX pieces in ``layers``, the drawing in
-``structure``, the pages in ``report`` and ``--compare`` in ``compare``.
+``structure``, the result folder (pages, PNG, DOT, JSON) in ``result_folder`` and
+``--compare`` in ``compare``.
 """
 import dataclasses
 import os
@@ -15,11 +16,11 @@ from typing import List, Optional
 
 from bpuemu.common.atomic import staged_dir
 from bpuemu.common.container import BinFile
-from bpuemu.host.tools.perf.estimate import ModelEstimate, SubgraphEstimate, estimate_line, estimate_model, is_debug_build
-from bpuemu.host.tools.perf.report import ReportFiles, write_report
-from bpuemu.host.tools.perf.strategy import CompileStrategy, strategy_of
-from bpuemu.host.tools.perf.structure import structure
-from bpuemu.host.tools.perf.x5 import X5_BPU, X5Bpu
+from bpuemu.host.tools.static_perf.estimate import ModelEstimate, SubgraphEstimate, estimate_line, estimate_model, is_debug_build
+from bpuemu.host.tools.static_perf.result_folder import ReportFiles, write_report
+from bpuemu.host.tools.static_perf.strategy import CompileStrategy, strategy_of
+from bpuemu.host.tools.static_perf.structure import structure
+from bpuemu.host.tools.static_perf.x5 import X5_BPU, X5Bpu
 
 __all__ = ["X5Bpu", "X5_BPU", "ModelEstimate", "SubgraphEstimate", "ReportFiles", "estimate_model", "estimate_line",
            "is_debug_build", "analyze", "RESULT_DIR", "CompileStrategy", "strategy_of"]

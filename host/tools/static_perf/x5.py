@@ -38,7 +38,7 @@ Per layer (one compute node of a BPU subgraph), a roofline:
     latency        max(compute, memory)  (compute and DMA overlap)
 
     These are the figures of compile_mode latency at optimize_level O3. The
-    compile strategy a model records changes them (bpuemu.host.tools.perf.strategy):
+    compile strategy a model records changes them (bpuemu.host.tools.static_perf.strategy):
     bandwidth mode stores outputs and spills packed (valid bytes instead of the
     aligned layout's) and adds repack cycles (packed bytes / move_bytes_per_cycle)
     to compute; balance N mixes the two N:100-N; below O3 intermediates spill above

@@ -1,4 +1,4 @@
-"""hrt_model_exec perf: frames run by thread_num threads on the board itself.
+"""A perf job (hrt_model_exec perf): frames run by thread_num threads on the board itself.
 
 Each worker takes the next frame number, runs it, and records its latency
 (from submission to the end of its last step). The run stops after
