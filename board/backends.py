@@ -25,7 +25,7 @@ import numpy as np
 from bpuemu.common.container import select_model
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
-from bpuemu.board.client import BoardClient
+from bpuemu.board.client import BoardClient, Deadlines
 from bpuemu.board.runtime import InferResult, LoadedModel, Runtime, run_frames
 from bpuemu.board.runtime.model import ModelDescription
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport, run_perf
@@ -133,10 +133,12 @@ class LocalBackend(Backend):
 
 
 class RemoteBackend(Backend):
-    def __init__(self, target: str, model_files: Sequence[str], token: Optional[str] = None, tls=None):
+    def __init__(self, target: str, model_files: Sequence[str], token: Optional[str] = None, tls=None,
+                 deadlines: Optional[Deadlines] = None, client_name: str = "hrt_model_exec"):
         super().__init__()
         # tls: a bpuemu.board.security.TlsConfig, or None (then BPUEMU_TLS_*, else plain TCP)
-        self.client = BoardClient(target, token=token, client_name="hrt_model_exec", tls=tls)
+        self.client = BoardClient(target, token=token, client_name=client_name, tls=tls,
+                                  deadlines=deadlines)
         try:
             info = self.client.info
             self.description = f"board {self.client.target} ({info.arch}, bpuemu {info.daemon_version})"

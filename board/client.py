@@ -24,6 +24,7 @@ import os
 import platform
 import socket
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, Iterator, List, Optional, Sequence
 
@@ -90,7 +91,7 @@ class _DataChannel:
             if tls is not None:  # the same files and name check as the gRPC channel
                 self.sock = tls.ssl_context().wrap_socket(self.sock, server_hostname=tls.hostname_for(host))
             self.sock.sendall(pack_frame(HELLO, token.encode()))
-            kind, payload = read_frame(self.sock)
+            kind, payload = read_frame(self.sock, deadline=time.monotonic() + self.CONNECT_TIMEOUT_S)
         except BaseException:
             self.sock.close()
             raise
@@ -100,10 +101,11 @@ class _DataChannel:
 
     def infer(self, request: board_pb2.InferRequest, timeout: float) -> tuple:
         """(reply, None) or (None, (status name, message))."""
-        self.sock.settimeout(timeout)
+        deadline = time.monotonic() + timeout
+        self.sock.settimeout(timeout)  # bounds sendall as a whole; read_frame keeps to the deadline
         payload = request.SerializeToString()
         self.sock.sendall(pack_frame(INFER, payload))
-        kind, payload = read_frame(self.sock)
+        kind, payload = read_frame(self.sock, deadline=deadline)
         if kind == REPLY:
             return board_pb2.InferReply.FromString(payload), None
         if kind == ERROR:
@@ -133,6 +135,9 @@ def _translate(err: grpc.RpcError, target: str, what: str, tls: Optional[TlsConf
     name = code.name if code is not None else "UNKNOWN"
     if name == "UNAVAILABLE":
         first = details.splitlines()[0] if details else "no answer"
+        if "ping timeout" in details or "keepalive" in details.lower():  # the connection went silent mid-call
+            return BoardUnavailable(f"board {target} stopped answering during {what}: {first}",
+                                    hint="the network to the board, or the board itself, hangs")
         if "Stream removed" in details:  # the connection broke mid-call: a crash, a restart, a network cut
             return BoardUnavailable(f"board {target} went away during {what}: {first}",
                                     hint="the daemon may have been restarted or killed; check its log")

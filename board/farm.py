@@ -101,6 +101,11 @@ class BoardAccess:
         return BoardClient(target, token=self.token, deadlines=self.deadlines, client_name=self.client_name,
                            data_channel=data_channel, tls=self.tls)
 
+    def backend(self, target: str, model_files: Sequence[str]) -> RemoteBackend:
+        """The models on one board (uploaded and loaded), reached with these settings."""
+        return RemoteBackend(target, model_files, self.token, self.tls, deadlines=self.deadlines,
+                             client_name=self.client_name)
+
 
 @dataclass
 class BoardOutcome(Generic[T]):
@@ -178,7 +183,7 @@ def farm_perf(targets: Sequence[str], model_files: Sequence[str], model_name: st
     access = access or BoardAccess()
 
     def one(target: str) -> BoardPerf:
-        with RemoteBackend(target, model_files, access.token, access.tls) as backend:
+        with access.backend(target, model_files) as backend:
             handle = backend.model(model_name)
             info = backend.client.info
             report = backend.client.perf(

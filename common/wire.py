@@ -2,6 +2,9 @@
 
 The messages themselves are defined in proto/bpuemu/board/v1/board.proto.
 """
+import socket
+import time
+from typing import Optional
 
 #: Port hrt_boardd listens on when --listen gives none, and clients assume.
 DEFAULT_PORT = 9473
@@ -76,15 +79,23 @@ def pack_frame(kind: int, payload: bytes = b"") -> bytes:
     return DATA_HEADER.pack(DATA_MAGIC, kind, len(payload)) + payload
 
 
-def read_exact(sock, n: int) -> bytearray:
+def read_exact(sock, n: int, deadline: Optional[float] = None) -> bytearray:
     """Read exactly n bytes, or raise ConnectionError when the peer closes.
 
-    Returns the bytearray it read into (protobuf parses it without a copy).
+    ``deadline`` (a time.monotonic() value): raise socket.timeout once it has
+    passed, however the bytes trickle in (a socket timeout alone bounds each
+    recv, not the whole read). Returns the bytearray it read into (protobuf
+    parses it without a copy).
     """
     buf = bytearray(n)
     view = memoryview(buf)
     got = 0
     while got < n:
+        if deadline is not None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout("deadline passed mid-frame")
+            sock.settimeout(remaining)
         k = sock.recv_into(view[got:], n - got)
         if not k:
             raise ConnectionError("connection closed mid-frame" if got else "connection closed")
@@ -92,11 +103,11 @@ def read_exact(sock, n: int) -> bytearray:
     return buf
 
 
-def read_frame(sock, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple:
-    """(kind, payload) of the next frame."""
-    magic, kind, length = DATA_HEADER.unpack(bytes(read_exact(sock, DATA_HEADER.size)))
+def read_frame(sock, max_bytes: int = MAX_MESSAGE_BYTES, deadline: Optional[float] = None) -> tuple:
+    """(kind, payload) of the next frame; ``deadline`` as for read_exact."""
+    magic, kind, length = DATA_HEADER.unpack(bytes(read_exact(sock, DATA_HEADER.size, deadline)))
     if magic != DATA_MAGIC:
         raise ValueError(f"bad frame magic {magic!r}")
     if length > max_bytes:
         raise ValueError(f"frame of {length} bytes is over the {max_bytes}-byte limit")
-    return kind, read_exact(sock, length) if length else b""
+    return kind, read_exact(sock, length, deadline) if length else b""

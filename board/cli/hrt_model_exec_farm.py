@@ -14,7 +14,6 @@ from typing import Callable, List, Sequence
 import click
 import numpy as np
 
-from bpuemu.board.backends import RemoteBackend
 from bpuemu.board.farm import BoardAccess, BoardOutcome, failures_line, fan_out, farm_perf, profile_dir, summarize
 from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.common.atomic import write_file_atomic
@@ -34,7 +33,7 @@ def model_info(boards: List[str], model_files: List[str], model_name: str, acces
     from bpuemu.board.cli.hrt_model_exec_text import model_info_text
 
     def one(target):
-        with RemoteBackend(target, model_files, access.token, access.tls) as be:
+        with access.backend(target, model_files) as be:
             handles = [be.model(model_name)] if model_name else [be.models[n] for n in be.model_names]
             return model_info_text([h.model for h in handles], be.description, be.load_ms)
 
@@ -51,7 +50,7 @@ def infer(boards: List[str], model_files: List[str], model_name: str, access: Bo
     from bpuemu.board.cli.hrt_model_exec_text import infer_text
 
     def one(target):
-        with RemoteBackend(target, model_files, access.token, access.tls) as be:
+        with access.backend(target, model_files) as be:
             h = be.model(model_name)
             result = h.infer(read_inputs(h), frame_count=frame_count, dump_intermediate=dump_intermediate)
             written = dump_outputs(target, h, result)

@@ -21,9 +21,14 @@ Security. The channel follows the daemon's gRPC transport:
   ``HELLO_TIMEOUT_S`` is closed.
 - At most ``Limits.max_data_connections`` connections are open at once; one
   more gets a RESOURCE_EXHAUSTED ERROR frame and is closed.
+
+A client that goes away mid-call (closed, reset, killed) stops its infer
+between two frames, as a cancelled gRPC Infer does: a long frame_count does
+not hold a job slot for a caller that is gone.
 """
 import hmac
 import logging
+import select
 import socket
 import socketserver
 import ssl
@@ -40,6 +45,26 @@ log = logging.getLogger("bpuemu.board.daemon")
 
 #: Seconds a new connection has to finish its TLS handshake and send HELLO.
 HELLO_TIMEOUT_S = 10.0
+
+
+def _peer_connected(sock) -> bool:
+    """False once the client has closed or reset the connection (checked between frames).
+
+    A peek at the TCP stream, without waiting and without consuming anything (for a
+    TLS socket too: the raw bytes stay for the TLS layer). The client sends nothing
+    while it waits for its reply, so anything but EOF or an error means it is there.
+    """
+    try:
+        poller = select.poll()
+        poller.register(sock, select.POLLIN)
+        if not poller.poll(0):
+            return True
+        # Only when readable: a socket with a timeout would otherwise wait for data, MSG_DONTWAIT or not.
+        return socket.socket.recv(sock, 1, socket.MSG_PEEK | socket.MSG_DONTWAIT) != b""
+    except BlockingIOError:
+        return True
+    except OSError:
+        return False
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -81,18 +106,18 @@ class _Handler(socketserver.BaseRequestHandler):
                 if kind != INFER:
                     sock.sendall(pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO"))
                     return
-                sock.sendall(self._infer(payload))
+                sock.sendall(self._infer(payload, lambda: _peer_connected(sock)))
         except (ConnectionError, socket.timeout, OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             log.debug("data channel from %s closed: %s", self.client_address, exc)
         finally:
             if sock is not self.request:
                 sock.close()
 
-    def _infer(self, payload: bytes) -> bytes:
+    def _infer(self, payload: bytes, is_active) -> bytes:
         try:
             request = board_pb2.InferRequest.FromString(payload)
             result = self.server.state.infer(request.sha256, request.model_name, request_inputs(request),
-                                             request.frame_count, request.dump_intermediate)
+                                             request.frame_count, request.dump_intermediate, is_active)
             return pack_frame(REPLY, infer_reply(result).SerializeToString())
         except BpuEmuError as exc:
             return pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())

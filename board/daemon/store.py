@@ -9,10 +9,18 @@ outside the store. The uploader's file name is kept only as display text
 (``display_file_name``: no directories, no control characters, at most 255
 characters) and is never used to build a path.
 
+A full disk (ENOSPC, a quota, or a file-size limit: EFBIG) during an upload
+is RESOURCE_EXHAUSTED; the temporary file goes, the models already stored
+stay. The metadata file is published (by rename) before the model, and a
+restart removes what a crash between the two renames left: a ``.json``
+without its ``.bin``.
+
 At most ``max_uploads`` uploads run at once (over all callers); one more is
 refused with RESOURCE_EXHAUSTED, so the temporary files never take more than
 max_uploads x max_model_bytes.
 """
+import contextlib
+import errno
 import hashlib
 import json
 import os
@@ -27,6 +35,8 @@ from bpuemu.common.errors import InvalidInput, InvalidModelFile, NotFound, Resou
 
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _TMP_PREFIX = ".upload-"
+#: write() errors that mean "no room for this model here".
+_NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 def display_file_name(name) -> str:
@@ -71,7 +81,21 @@ class Upload:
         if self.received > self.size:
             raise InvalidInput(f"upload of {self.sha256[:12]} sent more than the announced {self.size} bytes")
         self._hash.update(data)
-        self._file.write(data)
+        with self._disk("storing"):
+            self._file.write(data)
+
+    @contextlib.contextmanager
+    def _disk(self, doing: str):
+        """Turn a full disk (or a file-size limit) into RESOURCE_EXHAUSTED; other OS errors propagate."""
+        try:
+            yield
+        except OSError as exc:
+            if exc.errno not in _NO_SPACE:
+                raise
+            raise ResourceExhausted(
+                f"upload of {self.file_name or self.sha256[:12]} ({self.size} bytes) failed: no space left in this "
+                f"board's model store while {doing} it ({exc.strerror})",
+                hint="free space in hrt_boardd's --model-dir, or give it a larger filesystem") from None
 
     def _release(self) -> None:
         if self._holds_slot:
@@ -85,7 +109,10 @@ class Upload:
             self._release()
 
     def _publish(self) -> None:
-        self._file.close()
+        with self._disk("storing"):
+            self._file.flush()
+            os.fsync(self._file.fileno())  # the bytes are on disk before the name is
+            self._file.close()
         if self.received != self.size:
             raise InvalidInput(f"upload of {self.sha256[:12]} ended after {self.received} of {self.size} bytes")
         if self._hash.hexdigest() != self.sha256:
@@ -94,17 +121,23 @@ class Upload:
             )
         with open(self.tmp_path, "rb") as f:
             decode_bin(f.read(), source=self.file_name or self.sha256[:12])  # refuse non-models before publishing
+        self._meta_tmp = self.tmp_path + ".json"
+        with self._disk("describing"):
+            with open(self._meta_tmp, "w") as f:
+                json.dump({"file_name": self.file_name}, f)
+        os.replace(self._meta_tmp, self.store.meta_path(self.sha256))  # the name only shows once the model does
         os.replace(self.tmp_path, self.store.path(self.sha256))
-        with open(self.store.meta_path(self.sha256), "w") as f:
-            json.dump({"file_name": self.file_name}, f)
 
     def abort(self) -> None:
         try:
             self._file.close()
+        except OSError:
+            pass  # flushing the rest of a failed upload (a full disk again): the file goes anyway
         finally:
             self._release()
-            if os.path.exists(self.tmp_path):
-                os.unlink(self.tmp_path)
+            for path in (self.tmp_path, getattr(self, "_meta_tmp", "")):
+                if path and os.path.exists(path):
+                    os.unlink(path)
 
 
 class ModelStore:
@@ -115,8 +148,10 @@ class ModelStore:
         self._upload_slots = threading.BoundedSemaphore(max_uploads)
         os.makedirs(self.root, exist_ok=True)
         self._lock = threading.Lock()
-        for name in os.listdir(self.root):  # uploads a crash left behind
-            if name.startswith(_TMP_PREFIX):
+        names = set(os.listdir(self.root))
+        for name in names:  # uploads a crash left behind, and metadata whose model never got published
+            sha, ext = os.path.splitext(name)
+            if name.startswith(_TMP_PREFIX) or (ext == ".json" and _SHA_RE.match(sha) and sha + ".bin" not in names):
                 os.unlink(os.path.join(self.root, name))
 
     def path(self, sha: str) -> str:

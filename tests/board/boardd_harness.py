@@ -45,9 +45,11 @@ class Daemon:
     ``tls``: the client side (a TlsConfig) the harness uses for health checks and
     ``client()`` when the daemon serves TLS. ``port``: listen on that port (a
     restart on the port a previous daemon used); 0 picks a free one.
+    ``preexec_fn``: run in the child before exec (resource limits, signals).
     """
 
-    def __init__(self, workdir, *extra_args: str, env: Optional[dict] = None, tls=None, port: int = 0):
+    def __init__(self, workdir, *extra_args: str, env: Optional[dict] = None, tls=None, port: int = 0,
+                 preexec_fn=None):
         self.workdir = os.fspath(workdir)
         os.makedirs(self.workdir, exist_ok=True)
         self.model_dir = os.path.join(self.workdir, "models")
@@ -59,6 +61,7 @@ class Daemon:
         self.env = env if env is not None else clean_env()
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
+        self.preexec_fn = preexec_fn  # e.g. resource limits for the fault tests
 
     @property
     def target(self) -> str:
@@ -69,7 +72,8 @@ class Daemon:
         if os.path.exists(self.port_file):
             os.unlink(self.port_file)
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=self.env)
+            self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, cwd=self.workdir, env=self.env,
+                                         preexec_fn=self.preexec_fn)
         deadline = time.monotonic() + START_TIMEOUT_S
         while not self.port:
             if self.proc.poll() is not None:
