@@ -57,9 +57,16 @@ def _jobs_running(daemon: Daemon) -> int:
         return c.stats().jobs_running
 
 
+def _hrt_model_exec() -> list:
+    """The installed hrt_model_exec console script (beside this Python), else its module."""
+    script = os.path.join(os.path.dirname(sys.executable), "hrt_model_exec")
+    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "bpuemu.board.cli.hrt_model_exec"]
+
+
 def _cli(args, cwd, env=None) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, "-m", "bpuemu.board.hrt_model_exec", *map(str, args)], cwd=cwd,
-                            env=env or clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """hrt_model_exec started in the background (the test injects its fault while it runs)."""
+    return subprocess.Popen([*_hrt_model_exec(), *map(str, args)], cwd=cwd, env=env or clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
 def _finish(proc: subprocess.Popen, timeout: float = 60):
