@@ -64,22 +64,35 @@ def _board_list_file(path: str) -> List[str]:
     return entries
 
 
-def parse_boards(spec: str) -> List[str]:
-    """Boards from ``--board``: ``HOST:PORT[,HOST:PORT...]`` or ``@FILE``; normalized, no duplicates."""
-    spec = (spec or "").strip()
-    if not spec:
-        return []
+#: The scheme of a board running hrt_boardd (gRPC); a bare HOST:PORT in --board means the same.
+GRPC_SCHEME = "grpc://"
+
+
+def board_entries(spec: str) -> List[str]:
+    """The entries of a board list: ``a,b`` and ``@FILE`` (one per line, ``#`` comments) expanded, as written."""
     entries = []
-    for part in spec.split(","):
+    for part in (spec or "").split(","):
         part = part.strip()
         if part.startswith("@"):
             entries += _board_list_file(part[1:])
         elif part:
             entries.append(part)
+    return entries
+
+
+def parse_boards(spec: str) -> List[str]:
+    """Boards from ``--board``: ``HOST:PORT[,HOST:PORT...]`` or ``@FILE``; normalized, no duplicates.
+
+    An entry may carry the ``grpc://`` scheme (what hb_verifier needs to tell a
+    daemon from an SSH board); another scheme is refused.
+    """
     boards = []
-    for entry in entries:
+    for entry in board_entries(spec):
+        address = entry[len(GRPC_SCHEME):] if entry.startswith(GRPC_SCHEME) else entry
+        if "://" in address:
+            raise InvalidInput(f"bad board address '{entry}': a board running hrt_boardd is HOST:PORT or grpc://HOST:PORT")
         try:
-            board = join_target(*split_target(entry))
+            board = join_target(*split_target(address))
         except ValueError as exc:
             raise InvalidInput(f"bad board address '{entry}': {exc}", hint="use HOST:PORT, e.g. 127.0.0.1:9473") from None
         if board in boards:

@@ -6,8 +6,10 @@
 * ``tls_options``        -- --tls-ca/--tls-cert/--tls-key/--tls-server-name,
   gathered into one ``tls`` argument (a TlsConfig, or None);
 * ``token_option``       -- --token-file, gathered into ``token`` (else $BPUEMU_TOKEN);
-* ``ssh_auth_options``   -- -p/--password, --identity, --known-hosts,
+* ``ssh_login_options``  -- -p/--password, --identity, --known-hosts,
   --accept-new-host-key, --remote-command, gathered into ``ssh_settings``;
+* ``typed_flags``/``refuse`` -- a flag the user typed that cannot apply is a
+  usage error naming it;
 * ``BOOL`` and ``GflagsCommand`` -- the seed's gflags-style command lines:
   ``--enable_dump``, ``--enable_dump=True``, ``-model_file=m.bin``.
 
@@ -117,10 +119,23 @@ BOARD_HELP = ("the hrt_boardd at HOST:PORT; several boards comma separated (a:p,
               "listing one per line")
 
 
-def board_option(*decls: str, help: str = "", multiple: bool = False):
-    """The board list option: ``HOST:PORT[,HOST:PORT...]`` or ``@FILE`` (parsed by bpuemu.board.farm.parse_boards)."""
+def board_option(*decls: str, help: str = "", multiple: bool = False, metavar: str = "HOST:PORT[,...]|@FILE"):
+    """The board list option: ``HOST:PORT[,HOST:PORT...]`` or ``@FILE`` (bpuemu.board.farm.board_entries)."""
     return click.option(*(decls or ("--board",)), "board", default=() if multiple else "", multiple=multiple,
-                        metavar="HOST:PORT[,...]|@FILE", help=help or f"Run on {BOARD_HELP}, instead of in-process.")
+                        metavar=metavar, help=help or f"Run on {BOARD_HELP}, instead of in-process.")
+
+
+def typed_flags(*names: str) -> List[str]:
+    """The flags among parameters ``names`` that the user typed (not defaults, not environment variables)."""
+    ctx = click.get_current_context()
+    return [max(p.opts, key=len) for p in ctx.command.params
+            if p.name in names and _typed(p.name)]
+
+
+def refuse(flags: List[str], why: str) -> None:
+    """A flag that cannot apply is a usage error naming it, never silently dropped."""
+    if flags:
+        raise click.UsageError(f"{flags[0]} {why}")
 
 
 def token_option(f):
@@ -130,18 +145,11 @@ def token_option(f):
     def wrapper(*args, token_file, **kwargs):
         from bpuemu.board.security import client_token
 
-        kwargs["token"] = client_token(token_file) if kwargs.get("ssh") is None else _refuse_for_ssh(
-            "--token-file", token_file)
+        kwargs["token"] = client_token(token_file)
         return f(*args, **kwargs)
 
     return click.option("--token-file", "token_file", default="",
                         help="Token for a board that requires one (or set BPUEMU_TOKEN).")(wrapper)
-
-
-def _refuse_for_ssh(flag: str, value) -> None:
-    if value:
-        raise click.UsageError(f"{flag} applies to a board running hrt_boardd (gRPC), not to a board reached over SSH")
-    return None
 
 
 def tls_options(f):
@@ -151,13 +159,7 @@ def tls_options(f):
     def wrapper(*args, tls_ca, tls_cert, tls_key, tls_server_name, **kwargs):
         from bpuemu.board.security import TlsConfig
 
-        if kwargs.get("ssh") is not None:
-            for flag, value in (("--tls-ca", tls_ca), ("--tls-cert", tls_cert), ("--tls-key", tls_key),
-                                ("--tls-server-name", tls_server_name)):
-                _refuse_for_ssh(flag, value)
-            kwargs["tls"] = None
-        else:
-            kwargs["tls"] = TlsConfig.from_options(tls_ca, tls_cert, tls_key, tls_server_name)
+        kwargs["tls"] = TlsConfig.from_options(tls_ca, tls_cert, tls_key, tls_server_name)
         return f(*args, **kwargs)
 
     return _apply(wrapper, [
@@ -171,24 +173,25 @@ def tls_options(f):
     ])
 
 
-SSH_ONLY_FLAGS = ("--identity", "--known-hosts", "--accept-new-host-key")
+#: Parameters that only mean something for a board running hrt_boardd (gRPC) ...
+GRPC_PARAMS = ("token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name")
+#: ... and for a board reached over SSH.
+SSH_PARAMS = ("username", "password", "identity", "known_hosts", "accept_new_host_key", "remote_command")
 
 
-def ssh_auth_options(f):
-    """How to log in to a board over SSH, gathered into ``ssh_settings`` (a dict for the ssh transport)."""
+def ssh_login_options(f):
+    """How to log in to a board over SSH, gathered into ``ssh_settings`` (the ssh transport's settings)."""
 
     @functools.wraps(f)
     def wrapper(*args, password, identity, known_hosts, accept_new_host_key, remote_command, **kwargs):
         kwargs["ssh_settings"] = dict(password=password or None, identity=identity or None,
                                       known_hosts=known_hosts or None, accept_new_host_key=accept_new_host_key,
                                       remote_command=remote_command)
-        kwargs["ssh_flags_given"] = [flag for flag, value in zip(SSH_ONLY_FLAGS, (identity, known_hosts, accept_new_host_key))
-                                     if value] + (["-p/--password"] if password else [])
         return f(*args, **kwargs)
 
     return _apply(wrapper, [
         click.option("-p", "--password", default="", envvar="BPUEMU_SSH_PASSWORD",
-                     help="SSH password (or set BPUEMU_SSH_PASSWORD); omit for key authentication."),
+                     help="Board password (SSH; or set BPUEMU_SSH_PASSWORD). Omit when the board has none or uses keys."),
         click.option("--identity", default="", metavar="FILE", help="SSH private key file."),
         click.option("--known-hosts", "known_hosts", default="", metavar="FILE",
                      help="known_hosts file checked for the board's host key [default: ~/.ssh/known_hosts]."),
@@ -200,22 +203,27 @@ def ssh_auth_options(f):
 
 
 def ssh_options(f):
-    """--ssh USER@HOST[:PORT] and the SSH login group, gathered into ``ssh`` (a TransportRequest, or None)."""
+    """--ssh USER@HOST[:PORT] and the SSH login group, gathered into ``ssh`` (a TransportRequest, or None).
+
+    With --ssh the gRPC flags (--token-file, --tls-*) cannot apply; without it
+    the SSH login flags cannot: either is a usage error naming the flag.
+    """
 
     @functools.wraps(f)
-    def wrapper(*args, ssh_target, ssh_settings, ssh_flags_given, **kwargs):
+    def wrapper(*args, ssh_target, ssh_settings, **kwargs):
         from bpuemu.board.backends import TransportRequest
 
         if ssh_target:
+            refuse(typed_flags(*GRPC_PARAMS), "applies to a board running hrt_boardd (--board), not to --ssh")
+            if kwargs.get("board"):
+                raise click.UsageError("--ssh takes one board; give either --ssh or --board (hrt_boardd, gRPC), not both")
             kwargs["ssh"] = TransportRequest("ssh", ssh_target, ssh_settings)
         else:
-            typed = [flag for flag in ssh_flags_given if flag != "-p/--password" or _typed("password")]
-            if typed:
-                raise click.UsageError(f"{typed[0]} only applies with --ssh")
+            refuse(typed_flags(*SSH_PARAMS), "only applies with --ssh USER@HOST[:PORT]")
             kwargs["ssh"] = None
         return f(*args, **kwargs)
 
-    wrapper = ssh_auth_options(wrapper)
+    wrapper = ssh_login_options(wrapper)
     return click.option("--ssh", "ssh_target", default="", metavar="USER@HOST[:PORT]",
                         help="Run on a board over SSH (port 22 by default): upload the model, run hrt_model_exec "
                              "there.")(wrapper)
@@ -225,7 +233,7 @@ def connection_options(f):
     """Where the model runs: --board (gRPC, one or several), --token-file, TLS, or --ssh."""
     f = token_option(f)
     f = tls_options(f)
-    f = ssh_options(f)  # outermost: ``ssh`` is known when the TLS and token groups check their flags
+    f = ssh_options(f)  # outermost: it checks which of the other groups' flags can apply
     return board_option()(f)
 
 
@@ -238,7 +246,7 @@ def first_board(board: str) -> Optional[str]:
     """The one board of ``--board`` (a list file naming one board included), or None."""
     if not board:
         return None
-    if board.lstrip().startswith("@"):
+    if board.lstrip().startswith("@") or "://" in board:
         from bpuemu.board.farm import parse_boards
 
         return parse_boards(board)[0]

@@ -102,7 +102,7 @@ def cli(workdir, size, input_type, frame_count):
 
         _step("hb_verifier: quanti.onnx vs x86 simulator vs board")
         quanti = os.path.join(workdir, "model_output", f"{name}_quantized_model.onnx")
-        _run(["hb_verifier", "-m", f"{quanti},{model}", "-s", "True", "-b", board])
+        _run(["hb_verifier", "-m", f"{quanti},{model}", "-s", "True", "-b", f"grpc://{board}"])
     finally:
         daemon.terminate()
         daemon.wait(timeout=30)

@@ -1,22 +1,37 @@
 """hb_verifier: compare quanti.onnx, the x86 simulator and boards on the same inputs.
 
-    hb_verifier -m quanti.onnx,model.bin -b 192.168.1.10 -s True [-i img.jpg] [-c 5] [-r True]
-    hb_verifier -m quanti.onnx,model.bin -s True
-    hb_verifier -m quanti.onnx,model.bin -b board --ssh -u root --identity ~/.ssh/id_ed25519
+    hb_verifier -m quanti.onnx,model.bin -b 192.168.1.10 -u root -p PASSWORD -s True   # SSH, as in the seed
+    hb_verifier -m quanti.onnx,model.bin -b grpc://192.168.1.10:9473 -s True          # hrt_boardd (gRPC)
+    hb_verifier -m quanti.onnx,model.bin -s True [-i img.jpg] [-c 5] [-r True]         # host only
 
-Flags are the seed's (ptq_guide, "hb_verifier Tool"); the logic lives in
-bpuemu.host.verifier. Exit status: 0 when every comparison passes, 1 when one
-fails or on an error (one ERROR line), 2 on a bad command line.
+How ``-b`` reaches a board (one rule, from the target's form):
+
+* ``HOST[:PORT]`` or ``ssh://[USER@]HOST[:PORT]``: over SSH (port 22), as the
+  seed does: the board's own hrt_model_exec runs there; ``-u`` (default root),
+  ``-p``, ``--identity``, ``--known-hosts``, ``--accept-new-host-key``,
+  ``--remote-command`` apply;
+* ``grpc://HOST[:PORT]``: the board's hrt_boardd (port 9473); ``--token-file``
+  and ``--tls-ca/--tls-cert/--tls-key/--tls-server-name`` apply, the same
+  option groups as hrt_model_exec's (bpuemu.board.cli.options).
+
+``-b`` repeats or takes a list (``a,b``, ``@boards.txt``). A flag that applies
+to no board given is a usage error naming it. Flags are the seed's (ptq_guide,
+"hb_verifier Tool"); the logic lives in bpuemu.host.verifier. Exit status: 0
+when every comparison passes, 1 when one fails or on an error (one ERROR
+line), 2 on a bad command line.
 """
+import functools
 import sys
+from typing import List, Tuple
 
 import click
 
-from bpuemu.common.errors import InvalidInput
-from bpuemu.common.version import __version__
 from bpuemu.common.wire import DEFAULT_PORT
 from bpuemu.board.cli.edge import run
-from bpuemu.board.cli.options import BOOL
+from bpuemu.board.cli.options import (BOOL, GRPC_PARAMS, SSH_PARAMS, board_option, refuse, ssh_login_options,
+                                      tls_options, token_option, typed_flags, version_option)
+
+SSH_SCHEME, GRPC_SCHEME = "ssh://", "grpc://"
 
 
 def _models(value: str):
@@ -30,20 +45,21 @@ def _models(value: str):
     return (onnx_files[0] if onnx_files else ""), bins[0]
 
 
-def _boards(values):
-    return [b.strip() for v in values for b in v.split(",") if b.strip()]
+def split_boards(values) -> Tuple[List[str], List[str]]:
+    """(SSH targets, gRPC targets) of the -b values, by the rule in the module docstring."""
+    from bpuemu.board.farm import board_entries, parse_boards
 
-
-def _token(token_file: str):
-    import os
-
-    if token_file:
-        try:
-            with open(token_file) as f:
-                return f.read().strip() or None
-        except OSError as exc:
-            raise InvalidInput(f"cannot read token file {token_file}: {exc.strerror}") from None
-    return os.environ.get("BPUEMU_TOKEN") or None
+    ssh, grpc = [], []
+    for value in values:
+        for entry in board_entries(value):
+            if entry.startswith(GRPC_SCHEME):
+                grpc += parse_boards(entry)
+            elif "://" in entry and not entry.startswith(SSH_SCHEME):
+                raise click.BadParameter(f"'{entry}': a board is HOST[:PORT] or ssh://HOST[:PORT] (SSH), "
+                                         f"or grpc://HOST[:PORT] (hrt_boardd)", param_hint="-b")
+            else:
+                ssh.append(entry[len(SSH_SCHEME):] if entry.startswith(SSH_SCHEME) else entry)
+    return ssh, grpc
 
 
 class _Bar:
@@ -61,13 +77,35 @@ class _Bar:
         self.bar.close()
 
 
+def _boards_by_transport(f):
+    """Split -b into SSH and gRPC boards and refuse the flags that apply to neither kind given.
+
+    The outermost wrapper: it runs before the option groups read any file
+    (a --token-file that cannot apply is refused, not read).
+    """
+
+    @functools.wraps(f)
+    def wrapper(*args, board, **kwargs):
+        ssh_boards, grpc_boards = split_boards(board)
+        if not ssh_boards:
+            refuse(typed_flags(*SSH_PARAMS), "applies to boards reached over SSH (-b HOST[:PORT]); none is given")
+        if not grpc_boards:
+            refuse(typed_flags(*GRPC_PARAMS), "applies to boards running hrt_boardd (-b grpc://HOST[:PORT]); "
+                                              "none is given")
+        return f(*args, ssh_boards=ssh_boards, grpc_boards=grpc_boards, **kwargs)
+
+    return wrapper
+
+
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(__version__, "--version", prog_name="hb_verifier")
+@_boards_by_transport
+@version_option("hb_verifier")
 @click.option("-m", "--model", "model", required=True, metavar="QUANTI.onnx,MODEL.bin",
               help="The fixed-point (quantized) ONNX model and the bin model, comma separated.")
-@click.option("-b", "--board-ip", "board_ip", multiple=True, metavar="HOST[:PORT]",
-              help=f"Board to run the bin model on: hrt_boardd's gRPC port (default {DEFAULT_PORT}), or with --ssh "
-                   f"the SSH port (default 22). Repeat or comma-separate to verify on several boards.")
+@board_option("-b", "--board-ip", multiple=True, metavar="[ssh://|grpc://]HOST[:PORT][,...]|@FILE",
+              help="Board to run the bin model on: HOST[:PORT] is reached over SSH (port 22), as in the seed; "
+                   f"grpc://HOST[:PORT] is its hrt_boardd (port {DEFAULT_PORT}). Repeat, comma-separate or give @FILE "
+                   "for several boards.")
 @click.option("-s", "--run-sim", "run_sim", default=False, type=BOOL, show_default=True,
               help="Also run the bin model in the x86 simulator (the board runtime in this process).")
 @click.option("-i", "--input-img", "input_img", default="", metavar="FILES",
@@ -79,46 +117,30 @@ class _Bar:
               help="Dump every node's output on every side, compare those with the same name and name the first "
                    "node where two sides diverge.")
 @click.option("-u", "--username", default=None, help="Board user (SSH) [default: root, or USER of -b USER@HOST].")
-@click.option("-p", "--password", default="", envvar="BPUEMU_SSH_PASSWORD",
-              help="Board password (SSH; or set BPUEMU_SSH_PASSWORD). Omit when the board has none or uses keys.")
-@click.option("--ssh", "use_ssh", is_flag=True, help="Reach the boards over SSH and run hrt_model_exec there (default: gRPC).")
-@click.option("--identity", default="", metavar="FILE", help="SSH private key file.")
-@click.option("--known-hosts", "known_hosts", default="", metavar="FILE",
-              help="known_hosts file checked for board host keys [default: ~/.ssh/known_hosts].")
-@click.option("--accept-new-host-key", "accept_new", is_flag=True,
-              help="Trust and record a board host key that known_hosts lacks (a changed key is always refused).")
-@click.option("--remote-command", "remote_command", default="hrt_model_exec", show_default=True,
-              help="How to run hrt_model_exec on an SSH board.")
-@click.option("--token-file", "token_file", default="", help="Token for a gRPC board that requires one (or set BPUEMU_TOKEN).")
+@ssh_login_options
+@token_option
+@tls_options
 @click.option("--lsb", type=click.FloatRange(0), default=None,
               help="Also accept values within N quantization steps (LSBs) of each output's scale.")
 @click.option("--model-name", "model_name", default="", help="Model to verify when the bin file holds several.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
 @click.option("--json", "json_path", default="", metavar="FILE", help="Also write the full report as JSON.")
-def cli(model, board_ip, run_sim, input_img, digits, dump_all, username, password, use_ssh, identity, known_hosts,
-        accept_new, remote_command, token_file, lsb, model_name, seed, json_path):
+def cli(model, ssh_boards, grpc_boards, run_sim, input_img, digits, dump_all, username, ssh_settings, token, tls, lsb,
+        model_name, seed, json_path):
     """Verify that quanti.onnx, the x86 simulator and the board compute the same results.
 
     Exits 0 only when every comparison passes; 1 when one fails or on an error.
     """
     quanti, bin_model = _models(model)
-    boards = _boards(board_ip)
-    if use_ssh and not boards:
-        raise click.UsageError("--ssh needs a board: -b HOST[:PORT]")
-    if not use_ssh and (identity or known_hosts or accept_new):
-        raise click.UsageError("--identity, --known-hosts and --accept-new-host-key apply with --ssh")
 
+    from bpuemu.host.clients.ssh_options import SshOptions
     from bpuemu.host.verifier.core import VerifyOptions, verify
 
-    ssh = None
-    if use_ssh:
-        from bpuemu.host.clients.ssh_options import SshOptions
-
-        ssh = SshOptions(target="", user=username or None, password=password or None, identity=identity or None,
-                         known_hosts=known_hosts or None, accept_new_host_key=accept_new, remote_command=remote_command)
+    ssh = SshOptions(target="", user=username or None, **ssh_settings)
     options = VerifyOptions(bin_model=bin_model, quanti_model=quanti, model_name=model_name, run_sim=run_sim,
-                            boards=boards, ssh=ssh, token=None if use_ssh else _token(token_file), input_files=input_img,
-                            seed=seed, digits=digits, dump_all=dump_all, lsb=lsb)
+                            boards=[SSH_SCHEME + b for b in ssh_boards] + [GRPC_SCHEME + b for b in grpc_boards],
+                            ssh=ssh, token=token, tls=tls, input_files=input_img, seed=seed, digits=digits,
+                            dump_all=dump_all, lsb=lsb)
     report = verify(options, echo=click.echo, progress=_Bar)
     if json_path:
         report.write_json(json_path)

@@ -47,12 +47,22 @@ QUANTI = "Quanti.onnx"
 
 
 def _open_board(options: "VerifyOptions", target: str) -> Backend:
-    """The .bin opened on one board: over SSH with ``options.ssh``, else on its hrt_boardd (gRPC)."""
-    if options.ssh is not None:
+    """The .bin opened on one board: ``ssh://`` over SSH, ``grpc://`` on its hrt_boardd.
+
+    A target without a scheme is SSH when ``options.ssh`` is set, else gRPC.
+    """
+    scheme, _, address = target.rpartition("://")
+    if scheme == "ssh" or (not scheme and options.ssh is not None):
         from bpuemu.host.clients.ssh import SshBackend  # paramiko, only when SSH is used
 
-        return SshBackend(dataclasses.replace(options.ssh, target=target), [options.bin_model])
-    return open_backend([options.bin_model], board=target, token=options.token, tls=options.tls)
+        ssh = options.ssh if options.ssh is not None else SshOptions(target="")
+        return SshBackend(dataclasses.replace(ssh, target=address), [options.bin_model])
+    return open_backend([options.bin_model], board=address, token=options.token, tls=options.tls)
+
+
+def _address(target: str) -> str:
+    """A -b target as people write it, without the scheme."""
+    return target.rpartition("://")[2]
 
 
 @dataclass
@@ -61,8 +71,8 @@ class VerifyOptions:
     quanti_model: str = ""  # "": compare the .bin sides only
     model_name: str = ""  # which model of a packed .bin
     run_sim: bool = False  # -s: run the .bin in the x86 simulator
-    boards: Sequence[str] = ()  # -b: HOST[:PORT] (gRPC port, or SSH port with ssh)
-    ssh: Optional[SshOptions] = None  # reach the boards over SSH with these settings (target set per board)
+    boards: Sequence[str] = ()  # ssh://[USER@]HOST[:PORT], grpc://HOST[:PORT], or HOST[:PORT] (SSH with ssh, else gRPC)
+    ssh: Optional[SshOptions] = None  # how to log in to SSH boards (the target is set per board)
     token: Optional[str] = None  # gRPC board token
     tls: Optional[TlsConfig] = None  # gRPC board TLS (None: $BPUEMU_TLS_*, else plain TCP)
     input_files: str = ""  # -i: "f1,f2" or "name1:f1,name2:f2"; "" = random data
@@ -191,11 +201,11 @@ def verify(options: VerifyOptions, echo: Optional[Echo] = None,
         # Boards first: an unreachable board or a refused login fails before any other work.
         opened = []
         for target in boards:
-            label = board_label(target, len(boards))
+            label = board_label(_address(target), len(boards))
             t0 = time.perf_counter()
             backend = stack.enter_context(_open_board(options, target))
             setup_ms = (time.perf_counter() - t0) * 1e3
-            echo(f"INFO {label}: opened {target} ({setup_ms:.1f} ms)")
+            echo(f"INFO {label}: opened {_address(target)} ({setup_ms:.1f} ms)")
             opened.append((label, backend, setup_ms))
         if graph is not None:
             side = run_quanti(options.quanti_model, graph, model, inputs, options.dump_all, report.warnings)

@@ -546,3 +546,19 @@ def test_stats_count_what_the_board_did(start_daemon, rgb_model):
         s = c.stats()
     assert (s.infer_calls, s.infer_frames, s.infer_errors, s.uploads, s.jobs_running) == (4, 4, 2, 1, 0)
     assert s.uptime_s > first.uptime_s and s.hostname == c.info.hostname
+
+
+def test_hrt_model_exec_and_hb_verifier_share_the_connection_flags(start_daemon, rgb_model, pki, token_file, tmp_path):
+    """The same --token-file/--tls-* flags (one definition, bpuemu.board.cli.options) reach a mTLS board from both."""
+    d = start_daemon("--tls-cert", pki.server_cert, "--tls-key", pki.server_key, "--tls-ca", pki.ca,
+                     "--token-file", str(token_file), tls=TlsConfig(pki.ca, pki.client_cert, pki.client_key))
+    flags = ["--token-file", str(token_file), "--tls-ca", pki.ca, "--tls-cert", pki.client_cert, "--tls-key", pki.client_key]
+    exe = run_cli(["infer", "--model_file", rgb_model.path, "--board", f"grpc://{d.target}", *flags], tmp_path)
+    assert_ok(exe)
+    ver = run_cli(["-m", rgb_model.path, "-s", "True", "-b", f"grpc://{d.target}", *flags], tmp_path,
+                  module="bpuemu.host.cli.hb_verifier")
+    assert_ok(ver)
+    assert "Arm and Sim result Strict check PASSED" in ver.stdout
+    without_cert = run_cli(["-m", rgb_model.path, "-s", "True", "-b", f"grpc://{d.target}", *flags[:4]], tmp_path,
+                           module="bpuemu.host.cli.hb_verifier")
+    assert_one_error(without_cert, d.target)

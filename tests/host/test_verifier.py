@@ -23,7 +23,8 @@ from bpuemu.host.verifier.inputs import load_inputs, parse_input_arg
 from bpuemu.host.verifier.report import SideInfo
 from bpuemu.host.verifier.sides import SideRun
 
-from sshd_harness import REMOTE_COMMAND, Daemon, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable
+from sshd_harness import (REMOTE_COMMAND, Daemon, Sshd, assert_ok, assert_one_error, clean_env, run_cli,
+                          sshd_unavailable)
 
 SIZE = 32
 PAIRS = ("Quanti.onnx VS Arm", "Quanti.onnx VS Sim", "Arm VS Sim")
@@ -128,7 +129,8 @@ def perturb_bin_weight(src: str, dst: str, step_name: str) -> None:
 def test_three_way_pass_over_grpc(samples, board, tmp_path, kind):
     s = samples[kind]
     report_path = tmp_path / "report.json"
-    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", board.target, "-s", "True", "--json", str(report_path)], tmp_path)
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", f"grpc://{board.target}", "-s", "True",
+                          "--json", str(report_path)], tmp_path)
     assert_ok(result)
     assert verdicts(result.stdout) == {"Quanti.onnx and Arm": "PASSED", "Quanti.onnx and Sim": "PASSED",
                                        "Arm and Sim": "PASSED"}
@@ -146,7 +148,7 @@ def test_three_way_pass_over_grpc(samples, board, tmp_path, kind):
 
 def test_three_way_pass_over_ssh(samples, sshd, tmp_path):
     s = samples["rgb"]
-    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "--ssh", "-u", "root", "--identity",
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "-u", "root", "--identity",
                           sshd.user_key, "--known-hosts", sshd.known_hosts, "--remote-command", REMOTE_COMMAND,
                           "-s", "True", "-r", "True"], tmp_path)
     assert_ok(result)
@@ -188,7 +190,8 @@ def test_perturbed_quantized_model_fails_the_quanti_pairs(samples, board, tmp_pa
     bad = str(tmp_path / "perturbed_quantized_model.onnx")
     perturb_quanti(s.quanti, bad, "Conv_0_w_quantized")
     report_path = tmp_path / "r.json"
-    result = hb_verifier(["-m", f"{bad},{s.bin}", "-b", board.target, "-s", "True", "--json", str(report_path)], tmp_path)
+    result = hb_verifier(["-m", f"{bad},{s.bin}", "-b", f"grpc://{board.target}", "-s", "True",
+                          "--json", str(report_path)], tmp_path)
     assert result.returncode == 1, result.output
     assert "Traceback" not in result.output
     assert verdicts(result.stdout) == {"Quanti.onnx and Arm": "FAILED", "Quanti.onnx and Sim": "FAILED",
@@ -206,7 +209,7 @@ def test_perturbed_bin_fails_the_quanti_pairs(samples, board, tmp_path):
     s = samples["featuremap"]
     bad = str(tmp_path / "perturbed.bin")
     perturb_bin_weight(s.bin, bad, "BPU_sample_32x32_featuremap_subgraph_0")
-    result = hb_verifier(["-m", f"{s.quanti},{bad}", "-b", board.target, "-s", "True", "-r", "True"], tmp_path)
+    result = hb_verifier(["-m", f"{s.quanti},{bad}", "-b", f"grpc://{board.target}", "-s", "True", "-r", "True"], tmp_path)
     assert result.returncode == 1, result.output
     assert verdicts(result.stdout) == {"Quanti.onnx and Arm": "FAILED", "Quanti.onnx and Sim": "FAILED",
                                        "Arm and Sim": "PASSED"}
@@ -292,7 +295,7 @@ def test_removed_softmax_is_refused_with_the_seed_reason(samples, board, tmp_pat
 
 def test_unreachable_grpc_board(samples, tmp_path):
     s = samples["rgb"]
-    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", "127.0.0.1:1", "-s", "True"], tmp_path)
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", "grpc://127.0.0.1:1", "-s", "True"], tmp_path)
     assert_one_error(result, "127.0.0.1:1", "unreachable", exit_code=1)
 
 
@@ -326,7 +329,7 @@ def test_ssh_board_dying_mid_run(samples, sshd, tmp_path):
     die.chmod(die.stat().st_mode | stat.S_IXUSR)
     s = samples["rgb"]
     before = work_dirs()
-    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "--ssh", "--identity", sshd.user_key,
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "--identity", sshd.user_key,
                           "--known-hosts", sshd.known_hosts, "--remote-command", str(die), "-s", "True"], tmp_path)
     assert_one_error(result, "lost during infer", sshd.address)
     assert "Strict check" not in result.stdout
@@ -336,7 +339,7 @@ def test_ssh_board_dying_mid_run(samples, sshd, tmp_path):
 
 def test_ssh_authentication_failure(samples, sshd, tmp_path):
     s = samples["rgb"]
-    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "--ssh", "-p", "wrong",
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "-p", "wrong",
                           "--known-hosts", sshd.known_hosts], tmp_path)
     assert_one_error(result, "refused SSH authentication", "password")
 
@@ -406,3 +409,46 @@ def test_platform_notes_name_the_difference():
     assert "onnxruntime 1.31.0 vs 1.32.0" in platform_notes(_side("Quanti.onnx", host, True),
                                                             _side("Arm", Platform("x86_64", "1.31.0")), host)[0]
     assert "both ran on this host" in platform_notes(_side("Quanti.onnx", host, True), sim, host)[0]
+
+
+# --- how -b reaches a board: HOST is SSH (the seed), grpc://HOST is hrt_boardd ----------
+
+def test_seed_line_with_user_and_password_goes_over_ssh(samples, sshd, tmp_path):
+    """hb_verifier -m q.onnx,m.bin -b IP -u root -p PASSWORD: SSH, as the seed says (the password is refused here)."""
+    s = samples["rgb"]
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "-u", "root", "-p", "not-the-password",
+                          "--known-hosts", sshd.known_hosts], tmp_path)
+    assert_one_error(result, "refused SSH authentication", sshd.address)
+
+
+def test_a_board_list_mixes_ssh_and_grpc_boards(samples, sshd, board, tmp_path):
+    s = samples["rgb"]
+    boards = tmp_path / "boards.txt"
+    boards.write_text(f"# the lab\nssh://{sshd.address}\ngrpc://{board.target}\n")
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", f"@{boards}", "-s", "True", "--identity", sshd.user_key,
+                          "--known-hosts", sshd.known_hosts, "--remote-command", REMOTE_COMMAND], tmp_path)
+    assert_ok(result)
+    assert f"board {sshd.target} over SSH (" in result.stdout and f"board {board.target} (" in result.stdout
+    assert "FAILED" not in result.stdout
+
+
+@pytest.mark.parametrize("args, flag", [
+    (["-b", "grpc://127.0.0.1:1", "-u", "root"], "--username"),
+    (["-b", "grpc://127.0.0.1:1", "-p", "secret"], "--password"),
+    (["-s", "True", "--identity", "id_key"], "--identity"),
+    (["-b", "127.0.0.1:22", "--token-file", "board.token"], "--token-file"),
+    (["-b", "10.0.0.1", "--tls-ca", "ca.pem"], "--tls-ca"),
+    (["-b", "http://10.0.0.1"], "http://10.0.0.1"),
+])
+def test_a_flag_that_cannot_apply_is_an_error_naming_it(samples, tmp_path, args, flag):
+    s = samples["rgb"]
+    result = hb_verifier(["-m", f"{s.quanti},{s.bin}", *args], tmp_path)
+    assert result.returncode == 2 and "Traceback" not in result.output
+    assert flag in result.stderr, result.stderr
+
+
+def test_the_password_environment_variable_is_not_a_typed_flag(samples, tmp_path):
+    s = samples["rgb"]
+    env = clean_env(BPUEMU_SSH_PASSWORD="secret")
+    result = run_cli(["-m", f"{s.quanti},{s.bin}", "-s", "True"], tmp_path, env=env, module="bpuemu.host.cli.hb_verifier")
+    assert_ok(result)

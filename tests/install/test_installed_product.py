@@ -107,7 +107,8 @@ def test_board_and_verifier_from_the_wheel(host_venv, project, daemon_in, tmp_pa
                          "--profile_path", ".", "--board", board, cwd=tmp_path)
     assert "FPS" in perf.stdout, perf.stdout
     assert (tmp_path / "profiler.log").exists() and (tmp_path / "profiler.csv").exists()
-    verify = host_venv.run("hb_verifier", "-m", f"{project['quanti']},{model}", "-s", "True", "-b", board, cwd=tmp_path)
+    verify = host_venv.run("hb_verifier", "-m", f"{project['quanti']},{model}", "-s", "True", "-b", f"grpc://{board}",
+                           cwd=tmp_path)
     assert "Strict check PASSED" in verify.stdout and "FAILED" not in verify.stdout
     assert "Arm VS Sim" in verify.stdout
 
