@@ -27,7 +27,7 @@ import pytest
 
 from bpuemu.board.client import BoardClient, Deadlines
 from bpuemu.board.farm import BoardAccess, farm_perf, summarize
-from bpuemu.board.runtime.perf import PerfConfig
+from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.common.errors import BoardUnavailable, DeadlineExceeded, ResourceExhausted
 
 from boardd_harness import (
