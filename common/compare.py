@@ -23,7 +23,9 @@ Tool", Output Description), defined precisely here:
 
 Tensors are compared element by element in C order over their common prefix,
 the way the tool compares result files line by line. Cosine similarity, MSE and
-the largest error in LSBs are reported alongside.
+the largest error in LSBs are reported alongside; for ``labels`` (a model's
+integer outputs without a quantization scale: ArgMax indices, class ids) the
+agreement rate (fraction of equal elements) replaces the cosine.
 
 ``METRICS`` holds the accuracy debugger's measures by the names users type
 (``cosine-similarity``, ``mse``, ``mre``, ``sqnr``, ``chebyshev``), each with
@@ -67,6 +69,26 @@ def cosine_similarity(a, b) -> float:
     if xx == 0.0 or yy == 0.0:
         return 0.0
     return float(np.clip(xy / (np.sqrt(xx) * np.sqrt(yy)), -1.0, 1.0))
+
+
+def is_integer(a) -> bool:
+    """Whether a tensor holds integers (or booleans): indices, labels, counts, raw quantized values."""
+    return np.asarray(a).dtype.kind in "iub"
+
+
+def agreement_rate(a, b) -> float:
+    """The fraction of positions (flattened, C order) where two tensors hold equal values.
+
+    The measure for integer outputs such as ArgMax indices, where a cosine of the
+    numbers means nothing (index 3 is not "closer" to 4 than to 9). Values that
+    one side lacks count as disagreeing; two empty tensors agree (1.0).
+    """
+    x, y = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
+    total = max(x.size, y.size)
+    if total == 0:
+        return 1.0
+    n = min(x.size, y.size)
+    return float(np.count_nonzero(x[:n] == y[:n])) / total
 
 
 def mse(a, b) -> float:
@@ -222,6 +244,9 @@ class TensorComparison:
     cosine: float
     mse: float
     digits: int
+    #: Fraction of equal elements, for labels (integer outputs without a quantization
+    #: scale: indices, class ids), where it replaces the cosine (None: the cosine is the figure).
+    agreement: Optional[float] = None
     #: Quantization step used for LSB figures (None: not a quantized tensor).
     scale: Optional[List[float]] = None
     #: Largest |a - b| in quantization steps (None without a scale).
@@ -242,8 +267,12 @@ class TensorComparison:
 
 def compare_tensors(a, b, name_a: str = "a", name_b: str = "b", digits: int = DEFAULT_DIGITS,
                     lsb: Optional[float] = None, scale: Optional[Sequence[float]] = None,
-                    axis: int = -1) -> TensorComparison:
-    """Compare two tensors; ``scale`` is their quantization step (None: not quantized)."""
+                    axis: int = -1, labels: bool = False) -> TensorComparison:
+    """Compare two tensors; ``scale`` is their quantization step (None: not quantized).
+
+    ``labels``: the tensors are integer labels or indices (ArgMax), so the
+    agreement rate is the figure that means something, not the cosine.
+    """
     a, b = np.asarray(a), np.asarray(b)
     if scale is None and np.issubdtype(a.dtype, np.integer) and np.issubdtype(b.dtype, np.integer):
         scale = [1.0]
@@ -267,6 +296,7 @@ def compare_tensors(a, b, name_a: str = "a", name_b: str = "b", digits: int = DE
         dtype_a=a.dtype.name, dtype_b=b.dtype.name, mismatch=mism, total=int(total),
         mismatch_rate=mism.total / total if total else 0.0, relative_mismatch_ratio=rel,
         max_abs_error=max_abs_error(a, b), cosine=cosine_similarity(a, b), mse=mse(a, b), digits=digits,
+        agreement=agreement_rate(a, b) if labels else None,
         scale=[float(s) for s in scale] if scale is not None else None, max_lsb_error=max_lsb,
         lsb_tolerance=lsb if scale is not None else None,
     )

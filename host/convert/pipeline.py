@@ -84,6 +84,8 @@ class Artifacts:
     cosines: Dict[str, float]
     table: str
     output_cosines: Dict[str, float] = field(default_factory=dict)
+    #: Integer outputs (ArgMax indices, labels): fraction of elements equal to the float model's.
+    output_agreements: Dict[str, float] = field(default_factory=dict)
 
 
 def artifact_paths(job: ConvertJob, directory: str = "") -> Dict[str, str]:
@@ -213,7 +215,7 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("Start Model Convert....")
     final = artifact_paths(job)
     with Staging(job.working_dir, "makertbin", log) as stage:
-        sha, cosines, table, out_cos = _convert(job, stage.dir)
+        sha, cosines, table, out_cos, agreements = _convert(job, stage.dir)
         checkpoint("makertbin:converted")
         stage.publish()
     for key, what in (("original", "original float model"), ("optimized", "optimized float model"),
@@ -222,7 +224,7 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("Convert to runtime bin file successfully!")
     log.info("End Model Convert (%.1f s)", time.time() - t_start)
     return Artifacts(final["original"], final["optimized"], final["calibrated"], final["quantized"], final["bin"],
-                     sha, cosines, table, out_cos)
+                     sha, cosines, table, out_cos, agreements)
 
 
 def _convert(job: ConvertJob, out_dir: str):
@@ -269,11 +271,7 @@ def _convert(job: ConvertJob, out_dir: str):
         log.info("Cosine Similarity of a node fused with the Relu/Clip after it (%s) is taken at that activation's "
                  "output, the value the BPU computes for the pair", ", ".join(sorted(sim.fused)[:3]) + (
                      ", ..." if len(sim.fused) > 3 else ""))
-    for name, c in out_cos.items():
-        log.info("output %s: cosine similarity %.6f (over %d calibration sample(s))", name, c, len(eval_feeds))
-        if c < 0.99:
-            log.warning("output %s has cosine similarity %.4f < 0.99: expect an accuracy loss "
-                        "(try calibration_type / per_channel, node_info int16, or run_on_cpu on the tail)", name, c)
+    _report_outputs(sim, len(eval_feeds))
     _report_joins(optimized, quantized, eval_feeds)
 
     checkpoint("makertbin:compiling")
@@ -302,7 +300,29 @@ def _convert(job: ConvertJob, out_dir: str):
     except BpuEmuError as exc:
         log.warning("no static performance estimate: %s", exc)
     sha = write_bin(paths["bin"], [model], blobs)
-    return sha, cosines, table, out_cos
+    return sha, cosines, table, out_cos, sim.agreements
+
+
+#: Below these, makertbin warns that the quantized model's outputs lose accuracy.
+MIN_OUTPUT_COSINE = 0.99
+MIN_OUTPUT_AGREEMENT = 0.9
+_REMEDIES = "try calibration_type / per_channel, node_info int16, or run_on_cpu on the tail"
+
+
+def _report_outputs(sim, samples: int) -> None:
+    """One line per model output: the cosine for float outputs, the agreement rate for integer
+    ones (ArgMax indices: a cosine of indices means nothing); a WARNING below the threshold."""
+    for name, c in sim.outputs.items():
+        log.info("output %s: cosine similarity %.6f (over %d calibration sample(s))", name, c, samples)
+        if c < MIN_OUTPUT_COSINE:
+            log.warning("output %s has cosine similarity %.4f < %g: expect an accuracy loss (%s)",
+                        name, c, MIN_OUTPUT_COSINE, _REMEDIES)
+    for name, a in sim.agreements.items():
+        log.info("output %s: agreement rate %.6f (integer output: fraction of elements equal to the float "
+                 "model's, over %d calibration sample(s))", name, a, samples)
+        if a < MIN_OUTPUT_AGREEMENT:
+            log.warning("output %s agrees with the float model on %.1f%% of its elements (< %g%%): expect an "
+                        "accuracy loss (%s)", name, 100 * a, 100 * MIN_OUTPUT_AGREEMENT, _REMEDIES)
 
 
 def _report_joins(optimized: onnx.ModelProto, quantized: onnx.ModelProto, feeds) -> None:

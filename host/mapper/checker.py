@@ -69,6 +69,10 @@ def fix_inputs(model: onnx.ModelProto, input_shapes: Dict[str, Tuple[int, ...]])
         dims = vi.type.tensor_type.shape.dim
         if vi.name in input_shapes:
             shape = input_shapes[vi.name]
+            if dims and len(dims) != len(shape):
+                model_shape = "x".join(str(d.dim_value) if d.dim_value > 0 else "?" for d in dims)
+                raise CheckError(f"--input-shape {vi.name} {'x'.join(map(str, shape))} has {len(shape)} dimensions, "
+                                 f"the model's input '{vi.name}' has {len(dims)} ({model_shape})")
             vi.type.tensor_type.ClearField("shape")
             for d in shape:
                 vi.type.tensor_type.shape.dim.add().dim_value = d

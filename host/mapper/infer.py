@@ -13,7 +13,7 @@ import numpy as np
 import onnx
 
 from bpuemu.common.atomic import write_file_atomic
-from bpuemu.common.errors import InvalidInput
+from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.host.convert.caldata import CalInput, read_sample, to_model_inputs
 from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.convert.pipeline import JobInput, input_spec
@@ -58,6 +58,8 @@ def run_infer(config_path: str, model_file: str, image_files: Sequence[Tuple[str
     for ji in job.inputs:
         if ji.pre.name not in given:
             raise InvalidInput(f"no --image-file for input '{ji.pre.name}'")
+        if not os.path.isfile(given[ji.pre.name]):
+            raise NotFound(f"--image-file for input '{ji.pre.name}': file not found: {given[ji.pre.name]}")
         layout = input_layout or ji.pre.input_layout_train
         ci = CalInput(ji.pre.name, os.path.dirname(given[ji.pre.name]) or ".", ji.shape,
                       dtype=ji.cal.dtype if ji.cal else None, preprocess_on=cfg.calibration.preprocess_on,

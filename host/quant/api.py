@@ -5,12 +5,13 @@ calibration_type (default, mix, kl, max, skip, load) over statistics collected
 once; the build functions then rewrite the model in one pass each.
 """
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Mapping, Optional, Sequence, Set
 
 import numpy as np
 import onnx
 
+from bpuemu.common.compare import agreement_rate, is_integer
 from bpuemu.common.compare import cosine_similarity as cosine
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.numerics import dequantize
@@ -387,13 +388,16 @@ class Similarity:
     """How close the quantized model is to the float model, over some samples.
 
     ``nodes``: the "Cosine Similarity" column (see ``node_cosines``);
-    ``outputs``: per model output; ``fused``: node -> the Relu/Clip whose output
-    its row reports (see ``node_cosines``).
+    ``outputs``: the cosine per float model output; ``agreements``: per integer
+    output (ArgMax indices, labels), the fraction of equal elements, which
+    replaces the meaningless cosine of indices; ``fused``: node -> the Relu/Clip
+    whose output its row reports (see ``node_cosines``).
     """
 
     nodes: Dict[str, float]
     outputs: Dict[str, float]
     fused: Dict[str, str]
+    agreements: Dict[str, float] = field(default_factory=dict)
 
 
 def _q_params(qidx: GraphIndex, tensor: str) -> Optional[tuple]:
@@ -482,8 +486,12 @@ def similarity(
             prod = qidx.producer.get(o)
             fixed.append(_dequantize(qidx, prod, qv[o]) if prod is not None and prod.op_type == Q else qv[o])
         got.append(fixed)
+    integer = {k for k, o in enumerate(out_names) if is_integer(ref[0][k])}
+    agreements = {o: float(np.mean([agreement_rate(r[k], g[k]) for r, g in zip(ref, got)]))
+                  for k, o in enumerate(out_names) if k in integer}
+    cosines = search.output_cosines(ref, got, out_names)
     return Similarity({name: sums[(ft, qt)] / len(samples) for name, ft, qt, _ in pairs},
-                      search.output_cosines(ref, got, out_names), fused)
+                      {o: c for o, c in cosines.items() if o not in agreements}, fused, agreements)
 
 
 def node_cosines(
@@ -511,5 +519,6 @@ def node_cosines(
 
 
 def output_cosines(float_model: onnx.ModelProto, quantized_model: onnx.ModelProto, samples: Sequence[Sample]) -> Dict[str, float]:
-    """Per model output: the cosine similarity averaged over samples (int8 outputs dequantized)."""
+    """Per float model output: the cosine similarity averaged over samples (int8 outputs
+    dequantized); integer outputs (indices) are in ``similarity(...).agreements``."""
     return similarity(float_model, quantized_model, samples, nodes=()).outputs

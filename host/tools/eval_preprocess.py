@@ -159,6 +159,8 @@ def list_images(image_dir: str, val_txt: Optional[str] = None) -> Tuple[List[str
     if not val_txt:
         names = sorted(os.path.relpath(os.path.join(root, f), image_dir) for root, _, files in os.walk(image_dir)
                        for f in files if f.lower().endswith(IMAGE_SUFFIXES) and not f.startswith("."))
+        if not names:
+            raise NotFound(f"image directory {image_dir} holds no images ({', '.join(IMAGE_SUFFIXES)})")
         return names, []
     try:
         with open(val_txt, encoding="utf-8") as f:

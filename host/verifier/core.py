@@ -28,7 +28,7 @@ from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bpuemu.common.compare import DEFAULT_DIGITS, TensorComparison, compare_tensors
+from bpuemu.common.compare import DEFAULT_DIGITS, TensorComparison, compare_tensors, is_integer
 from bpuemu.common.container import read_bin
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.numerics import dequantize
@@ -107,27 +107,53 @@ def output_scales(model: model_pb2.Model) -> Dict[str, Tuple[List[float], int]]:
 _DEQUANTIZE_WORD = re.compile(r"(?<![A-Za-z0-9_])Dequantize(?![A-Za-z0-9_])")
 
 
-def _is_dequantize(node: str, info: Sequence[str]) -> bool:
-    """Whether removed node ``node`` was a Dequantize (by name, or its deleted_nodes_info line)."""
-    if node.endswith("_HzDequantize"):
-        return True
+def _op_type(node: str, info: Sequence[str]) -> str:
+    """The op type of removed node ``node`` as its deleted_nodes_info record gives it ("" if none does)."""
     for line in info:
         try:
             record = json.loads(line)
         except ValueError:
-            record = None
-        if isinstance(record, dict):
-            if record.get("name") == node:
-                return record.get("op_type") == "Dequantize"
-        elif node in line and _DEQUANTIZE_WORD.search(line):
-            return True
-    return False
+            continue
+        if isinstance(record, dict) and record.get("name") == node:
+            return str(record.get("op_type", ""))
+    return ""
+
+
+def _is_dequantize(node: str, info: Sequence[str]) -> bool:
+    """Whether removed node ``node`` was a Dequantize (by name, or its deleted_nodes_info line)."""
+    if node.endswith("_HzDequantize"):
+        return True
+    op_type = _op_type(node, info)
+    if op_type:
+        return op_type == "Dequantize"
+    return any(node in line and _DEQUANTIZE_WORD.search(line) for line in info)  # an older, free-text record
+
+
+def _removed_at_build(model: model_pb2.Model, nodes: Sequence[str]) -> str:
+    """How makertbin removed ``nodes`` ("" when it did not): --fast-perf or remove_node_type."""
+    from bpuemu.host.mapper.makertbin import FAST_PERF_REMOVED_TYPES
+
+    params = {kv.key: kv.value for kv in model.build_info.model_parameters}
+    types = [t for t in params.get("remove_node_type", "").split(";") if t]
+    if not types or not all(_op_type(n, model.build_info.deleted_nodes_info) in types for n in nodes):
+        return ""
+    if set(FAST_PERF_REMOVED_TYPES) <= set(types):
+        return "hb_mapper makertbin --fast-perf"
+    return f"makertbin with remove_node_type: {';'.join(types)}"
 
 
 def check_deleted_nodes(model: model_pb2.Model) -> None:
     """Refuse a .bin whose removed nodes (other than Dequantize) make quanti.onnx incomparable."""
     deleted = list(model.build_info.deleted_nodes)
     bad = [n for n in deleted if not _is_dequantize(n, model.build_info.deleted_nodes_info)]
+    how = _removed_at_build(model, bad) if bad else ""
+    if how:
+        raise InvalidInput(
+            f"cannot compare '{model.name}' with quanti.onnx: it was built by {how}, which removed {', '.join(bad)} "
+            f"at the model's beginning/end, so its inputs and outputs are no longer quanti.onnx's",
+            hint="to verify against quanti.onnx, build without --fast-perf / remove_node_type; to check this .bin, "
+                 "compare the simulator with the board: hb_verifier -m model.bin -s True -b BOARD",
+        )
     if bad:
         raise InvalidInput(
             f"hb_verifier does not support comparing bin models (with node changes other than Dequantize nodes) with "
@@ -257,10 +283,12 @@ class _Comparer:
         order += [n for n in self.plan_order if n not in seen]
         self.order = order
 
-    def _compare(self, a: np.ndarray, b: np.ndarray, name_a: str, name_b: str) -> TensorComparison:
+    def _compare(self, a: np.ndarray, b: np.ndarray, name_a: str, name_b: str, output: bool = False) -> TensorComparison:
+        """``output``: a model output; an integer one without a scale (ArgMax indices) reports its agreement rate."""
         scale, axis = self.scales.get(name_b, (None, -1))
+        labels = output and scale is None and is_integer(a) and is_integer(b)
         return compare_tensors(a, b, name_a, name_b, digits=self.options.digits, lsb=self.options.lsb,
-                               scale=scale, axis=axis)
+                               scale=scale, axis=axis, labels=labels)
 
     def _output_pair(self, a: SideRun, b: SideRun, name: str) -> Tuple[np.ndarray, np.ndarray]:
         x, y = a.outputs[name], b.outputs[name]
@@ -283,10 +311,10 @@ class _Comparer:
         try:
             for p in self.model.outputs:
                 x, y = self._output_pair(a, b, p.name)
-                result.outputs.append(self._compare(x, y, p.name, p.name))
+                result.outputs.append(self._compare(x, y, p.name, p.name, output=True))
                 bar.update(1)
             for name in shared:
-                c = self._compare(a.tensors[name], b.tensors[name], name, name)
+                c = self._compare(a.tensors[name], b.tensors[name], name, name, output=name in self.props)
                 result.layers.append(c)
                 bar.update(1)
                 if not c.passed and result.first_divergence is None:

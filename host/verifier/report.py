@@ -3,7 +3,8 @@
 One block per compare source ("Quanti.onnx VS Arm", "Quanti.onnx VS Sim",
 "Arm VS Sim"), each with the seed's figures per model output (mismatch result
 num with line_miss / line_diff / line_nan, total result num, mismatch rate,
-relative mismatch ratio, max abs error) plus cosine similarity, MSE and the
+relative mismatch ratio, max abs error) plus cosine similarity (the agreement
+rate for integer outputs without a scale, e.g. ArgMax indices), MSE and the
 largest error in LSBs, then "raw output X and raw output Y result Strict check
 PASSED/FAILED" per output and "<A> and <B> result Strict check PASSED/FAILED"
 for the pair. With -r the block also lists every shared intermediate tensor
@@ -144,11 +145,18 @@ def _tensor_block(c: TensorComparison, what: str) -> List[str]:
         f"mismatch rate: {c.mismatch_rate}",
         f"relative mismatch ratio: {c.relative_mismatch_ratio}",
         f"max abs error: {c.max_abs_error:.6g}",
-        f"cosine similarity: {c.cosine:.6f}, mse: {c.mse:.6g}" + _lsb_text(c),
+        f"{_similarity_text(c)}, mse: {c.mse:.6g}" + _lsb_text(c),
     )]
     if c.shape_a != c.shape_b:
         out.append(_lines("WARNING", f"shapes differ: {c.shape_a} vs {c.shape_b}"))
     return out
+
+
+def _similarity_text(c: TensorComparison, long: bool = True) -> str:
+    """The cosine, or for integer outputs without a scale (indices, labels) the agreement rate."""
+    if c.agreement is not None:
+        return f"agreement rate: {c.agreement:.6f}" if long else f"agreement {c.agreement:.6f}"
+    return f"cosine similarity: {c.cosine:.6f}" if long else f"cosine {c.cosine:.6f}"
 
 
 def _lsb_text(c: TensorComparison) -> str:
@@ -173,7 +181,7 @@ def pair_body(p: PairResult) -> str:
         out.append(_lines("INFO", "=============== All nodes comparison results ================="))
         for i, c in enumerate(p.layers):
             line = (f"[{i}] {c.name_b}: mismatch {c.mismatch.total}/{c.total}, max abs error {c.max_abs_error:.6g}, "
-                    f"cosine {c.cosine:.6f} {_verdict(c.passed)}")
+                    f"{_similarity_text(c, long=False)} {_verdict(c.passed)}")
             out.append(_lines("INFO" if c.passed else "WARNING", line))
         if p.first_divergence is not None:
             out.append(_lines("WARNING", p.first_divergence.describe()))

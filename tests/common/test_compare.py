@@ -3,6 +3,7 @@ import numpy as np
 import pytest
 
 from bpuemu.common.compare import (
+    agreement_rate,
     broadcast_scale,
     compare_tensors,
     cosine_similarity,
@@ -68,6 +69,17 @@ def test_integer_tensors_compare_exactly_with_an_lsb_of_one():
     assert c.mismatch.line_diff == 2 and c.max_lsb_error == 2 and c.scale == [1.0]
     assert compare_tensors(a, b, lsb=2).passed
     assert not compare_tensors(a, b, lsb=1).passed
+
+
+def test_labels_report_the_agreement_rate_not_a_cosine_of_indices():
+    a = np.array([[0, 3, 7, 7]], dtype=np.int64)
+    b = np.array([[0, 4, 7, 1]], dtype=np.int64)
+    assert agreement_rate(a, b) == 0.5
+    assert agreement_rate(a, b[:, :2]) == 0.25          # values one side lacks disagree
+    assert agreement_rate(np.array([]), np.array([])) == 1.0
+    c = compare_tensors(a, b, labels=True)
+    assert c.agreement == 0.5 and c.to_dict()["agreement"] == 0.5
+    assert compare_tensors(a, b).agreement is None       # raw quantized values keep the cosine
 
 
 def test_lsb_tolerance_in_steps_of_a_per_tensor_scale():

@@ -1,0 +1,132 @@
+"""What a user sees, through the console scripts, when a command meets a mistake or an odd model.
+
+Each case is one a user made while following README.md and the seed guide:
+a missing input file, a wrong --input-shape, an image folder with no images,
+hb_verifier against a --fast-perf .bin, and a model whose output is ArgMax
+indices (makertbin and hb_verifier report the agreement rate there, not a
+cosine of indices). A mistake must end in one clear ERROR line and a non-zero
+exit, never a traceback.
+"""
+import os
+import subprocess
+import sys
+
+import numpy as np
+import onnx
+import pytest
+
+from makertbin_helpers import sample_project, write_cal_dir, write_config
+from test_bpu_ops_fast_perf import SIZE as ARGMAX_SIZE
+from test_bpu_ops_fast_perf import pow_argmax_model
+
+SIZE = 32
+
+
+def run(command, *args, cwd):
+    """A console script of this environment, as a user types it: (exit code, stdout + stderr)."""
+    exe = os.path.join(os.path.dirname(sys.executable), command)
+    proc = subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300,
+                          stdin=subprocess.DEVNULL)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def error_lines(text):
+    return [line for line in text.splitlines() if "ERROR" in line and "exception in command" not in line]
+
+
+def assert_one_clear_error(code, text, *words):
+    assert code == 1, text
+    assert "Traceback" not in text and "internal error" not in text, text
+    errors = error_lines(text)
+    assert len(errors) == 1, text
+    for w in words:
+        assert w in errors[0], errors[0]
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory):
+    """The sample project converted with makertbin (yaml) and with --fast-perf."""
+    work = tmp_path_factory.mktemp("project")
+    config, float_onnx = sample_project(work, size=SIZE, samples=4)
+    code, text = run("hb_mapper", "makertbin", "--config", config, "--model-type", "onnx", cwd=work)
+    assert code == 0, text
+    code, text = run("hb_mapper", "makertbin", "--fast-perf", "--model", float_onnx, "--model-type", "onnx",
+                     "--march", "bayes-e", "-i", "data", f"1x3x{SIZE}x{SIZE}", cwd=work)
+    assert code == 0, text
+    out = work / "model_output"
+    return {"dir": work, "config": config, "float": float_onnx, "quanti": out / "sample_quantized_model.onnx",
+            "bin": out / "sample.bin", "fast_quanti": out / "float_quantized_model.onnx", "fast_bin": out / "float.bin"}
+
+
+def test_hb_mapper_infer_names_a_missing_image_file(project):
+    code, text = run("hb_mapper", "infer", "--config", project["config"], "--model-file", project["quanti"],
+                     "--model-type", "onnx", "--image-file", "data", "nofile.rgb", "--output-dir", "out",
+                     cwd=project["dir"])
+    assert_one_clear_error(code, text, "nofile.rgb", "not found")
+
+
+def test_checker_says_when_input_shape_has_the_wrong_rank(project):
+    code, text = run("hb_mapper", "checker", "--model-type", "onnx", "--march", "bayes-e", "--model", project["float"],
+                     "--input-shape", "data", f"1x3x{SIZE}", cwd=project["dir"])
+    assert_one_clear_error(code, text, f"1x3x{SIZE} has 3 dimensions", f"1x3x{SIZE}x{SIZE}")
+
+
+def test_hb_eval_preprocess_refuses_a_folder_without_images(tmp_path):
+    (tmp_path / "raw").mkdir()
+    (tmp_path / "raw" / "0000.rgb").write_bytes(bytes(12))
+    code, text = run("hb_eval_preprocess", "-m", "resnet50", "-i", "raw", "-o", "out", cwd=tmp_path)
+    assert_one_clear_error(code, text, "raw holds no images")
+
+
+def test_hb_verifier_refuses_quanti_onnx_against_a_fast_perf_bin_and_says_why(project):
+    code, text = run("hb_verifier", "-m", f"{project['fast_quanti']},{project['fast_bin']}", "-s", "True",
+                     cwd=project["dir"])
+    assert_one_clear_error(code, text, "--fast-perf", "no longer quanti.onnx's")
+    assert "Hint: " in text and "-s True -b BOARD" in text
+
+
+def test_hb_verifier_still_refuses_a_modifier_removed_softmax(project, tmp_path):
+    # the seed's rule for hb_model_modifier: only removed Dequantize nodes keep quanti.onnx comparable
+    import shutil
+
+    shutil.copy(project["bin"], tmp_path / "m.bin")
+    code, text = run("hb_model_modifier", "m.bin", "-r", "Softmax_prob", cwd=tmp_path)
+    assert code == 0, text
+    code, text = run("hb_verifier", "-m", f"{project['quanti']},m_modified.bin", "-s", "True", cwd=tmp_path)
+    assert_one_clear_error(code, text, "does not support comparing bin models", "Softmax_prob")
+    assert "--fast-perf" not in text
+
+
+@pytest.fixture(scope="module")
+def argmax_project(tmp_path_factory):
+    """A model whose output is ArgMax indices over 8 channels, converted with makertbin."""
+    work = tmp_path_factory.mktemp("argmax")
+    onnx.save(pow_argmax_model(), str(work / "float.onnx"))
+    rng = np.random.default_rng(1)
+    cal = write_cal_dir(str(work / "cal"), [rng.integers(0, 256, (1, 3, ARGMAX_SIZE, ARGMAX_SIZE), dtype=np.uint8)
+                                           for _ in range(4)])
+    inp = {"input_type_train": "rgb", "input_layout_train": "NCHW", "input_type_rt": "rgb", "input_layout_rt": "NHWC",
+           "norm_type": "data_mean_and_scale", "mean_value": "128 128 128", "scale_value": "0.0078125",
+           "input_shape": f"1x3x{ARGMAX_SIZE}x{ARGMAX_SIZE}", "cal_data_dir": cal, "cal_data_type": "uint8"}
+    config = write_config(str(work / "config.yaml"), str(work / "float.onnx"), "pa", str(work / "out"), {"data": inp},
+                          calibration={"calibration_type": "max"})
+    code, text = run("hb_mapper", "makertbin", "--config", config, "--model-type", "onnx", cwd=work)
+    assert code == 0, text
+    return {"dir": work, "log": text, "quanti": work / "out" / "pa_quantized_model.onnx", "bin": work / "out" / "pa.bin"}
+
+
+def test_makertbin_reports_an_agreement_rate_for_argmax_indices(argmax_project):
+    lines = [line for line in argmax_project["log"].splitlines() if "output idx" in line]
+    assert len(lines) == 1, argmax_project["log"]
+    assert "agreement rate" in lines[0] and "cosine" not in lines[0], lines[0]
+    rate = float(lines[0].split("agreement rate ")[1].split()[0])
+    assert 0.0 <= rate <= 1.0
+    assert "cosine similarity" not in "\n".join(line for line in argmax_project["log"].splitlines() if "idx" in line)
+
+
+def test_hb_verifier_reports_an_agreement_rate_for_argmax_indices(argmax_project):
+    code, text = run("hb_verifier", "-m", f"{argmax_project['quanti']},{argmax_project['bin']}", "-s", "True",
+                     cwd=argmax_project["dir"])
+    assert code == 0, text
+    block = text.split("Comparison results of original output is idx")[1]
+    assert "agreement rate: 1.000000" in block and "cosine similarity" not in block.split("Strict check")[0], block
