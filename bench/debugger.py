@@ -107,12 +107,21 @@ def photo_crops(count: int, hw: int, seed: int) -> List[np.ndarray]:
     return out
 
 
-def blank_pages(case, limit: float) -> int:
-    """Held-out pages whose float output never reaches ``limit`` (half an int8 step of a 0-1 map)."""
+def blank_mask(case, limit: float) -> List[bool]:
+    """Per held-out page: its float output never reaches ``limit`` (half an int8 step of a 0-1 map)."""
     import onnxruntime as ort
 
     sess = ort.InferenceSession(case.float_path, providers=["CPUExecutionProvider"])
-    return sum(float(np.max(sess.run(None, {case.input_name: case.normalised(p)})[0])) < limit for p in case.held_pages)
+    return [float(np.max(sess.run(None, {case.input_name: case.normalised(p)})[0])) < limit for p in case.held_pages]
+
+
+def estimated_fps(lines: List[str]) -> float:
+    """The static X5 estimate makertbin logs after compiling (hb_perf's model): ``FPS=...``."""
+    for line in lines:
+        m = re.search(r"FPS=([\d.]+)", line)
+        if m:
+            return float(m.group(1))
+    return float("nan")
 
 
 def int16_check(quantized: str, node_info: Dict[str, dict]) -> List[str]:
@@ -139,6 +148,8 @@ def int16_check(quantized: str, node_info: Dict[str, dict]) -> List[str]:
                 ins.append(zp_dtype(p))
             elif p is not None and p.op_type == DQ:
                 ins.append(f"{zp_dtype(p)} const")
+            elif i in idx.inits:
+                ins.append("float const")
             elif i:
                 ins.append("float")
         outs = [zp_dtype(c) for o in n.output for c, _ in idx.consumers.get(o, []) if c.op_type == Q] or ["float"]
@@ -172,7 +183,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     from bpuemu.host.debugger import load_model, runall
-    from bpuemu.host.debugger.runall import remedies, tail_nodes
+    from bpuemu.host.debugger.runall import ranked_nodes, remedies, tail_nodes
 
     log = lambda s: print(s, flush=True)  # noqa: E731
     t_all = time.time()
@@ -190,16 +201,17 @@ def main(argv=None) -> int:
         f"{args.held_out} held-out images; {os.cpu_count()} CPU(s)")
 
     variants = []   # (label, nodes, art)
-    base, t_base, _ = convert_case(write_yaml(case, work, "base", cal_dir, debug=True))
+    base, t_base, base_lines = convert_case(write_yaml(case, work, "base", cal_dir, debug=True))
     log(f"base conversion (calibration_type default): {t_base:.1f} s; method {C._selected_method(base)}")
     variants.append(("default calibration", [], base, {}))
+    estimates = {"default calibration": estimated_fps(base_lines)}
 
     t0 = time.time()
     res = runall(base.calibrated, os.path.join(os.path.dirname(base.calibrated), "calibration_data"),
                  os.path.join(work, "debug_result"), data_num=args.data_num)
     t_runall = time.time() - t0
     cm = load_model(base.calibrated)
-    ranking = res.sensitivity["node"]
+    ranking = ranked_nodes(cm, res.sensitivity)
     log(f"runall: {t_runall:.1f} s ({len(cm.ordinary)} ordinary nodes, {len(cm.calibrations)} calibration nodes, "
         f"data_num {args.data_num or len(os.listdir(cal_dir))}); report {os.path.join(work, 'debug_result', 'index.html')}")
     for a in res.advice:
@@ -207,17 +219,19 @@ def main(argv=None) -> int:
     tails = tail_nodes(cm)
     top = list(ranking)[: args.top]
     choice = remedies(cm, res.sensitivity, top)
-    log("top sensitive nodes: " + ", ".join(f"{n} ({ranking[n]['cosine-similarity']:.5f}, {choice[n]}"
+    log("top sensitive nodes: " + ", ".join(f"{n} ({ranking[n]:.5f}, {choice[n]}"
                                             f"{', tail' if n in tails else ''})" for n in top))
     info = node_info_for(choice)
     art, t, lines = convert_case(write_yaml(case, work, "top", cal_dir, info))
     variants.append((f"debugger advice top-{len(top)}", top, art, info))
+    estimates[variants[-1][0]] = estimated_fps(lines)
     fallbacks = [line for line in lines if "falls back" in line or "int16 quantization on" in line]
     all16 = {n: "int16" for n in top}
     info16 = node_info_for(all16)
     if all16 != choice:
         art16, _, lines16 = convert_case(write_yaml(case, work, "top_int16", cal_dir, info16))
         variants.append((f"top-{len(top)} all int16", top, art16, info16))
+        estimates[variants[-1][0]] = estimated_fps(lines16)
         fallbacks += [line for line in lines16 if "falls back" in line or "int16 quantization on" in line]
 
     rng = random.Random(0)
@@ -225,8 +239,9 @@ def main(argv=None) -> int:
     for d in range(args.random_draws):
         pick = rng.sample(pool, len(top))
         rinfo = node_info_for({n: "cpu" if n in tails else "int16" for n in pick})
-        art_r, _, _ = convert_case(write_yaml(case, work, f"random{d}", cal_dir, rinfo))
+        art_r, _, lines_r = convert_case(write_yaml(case, work, f"random{d}", cal_dir, rinfo))
         variants.append((f"random {len(top)} #{d + 1}", pick, art_r, rinfo))
+        estimates[variants[-1][0]] = estimated_fps(lines_r)
 
     # Held-out cosines.
     rows = []
@@ -241,12 +256,17 @@ def main(argv=None) -> int:
     base_fps = statistics.median(rates[variants[0][0]])
 
     log("")
-    head = ["variant", "nodes changed", "held-out cosine mean / min", "FPS (hrt_model_exec perf)", "FPS vs default"]
+    blank = blank_mask(case, 0.5 / 127)
+    head = ["variant", "nodes changed", "held-out cosine mean / min", f"non-blank ({len(blank) - sum(blank)}) mean / min",
+            "FPS hrt_model_exec perf (vs default)", "FPS X5 estimate (vs default)"]
     table = []
+    base_est = estimates["default calibration"]
     for (label, nodes, art, _), (_, c) in zip(variants, rows):
         f = statistics.median(rates[label])
-        table.append([label, ", ".join(nodes) or "-", f"{np.mean(c):.5f} / {np.min(c):.5f}", f"{f:.1f}",
-                      f"{f / base_fps:.2f}"])
+        nb = [x for x, b in zip(c, blank) if not b] or [float("nan")]
+        table.append([label, ", ".join(nodes) or "-", f"{np.mean(c):.5f} / {np.min(c):.5f}",
+                      f"{np.mean(nb):.5f} / {np.min(nb):.5f}", f"{f:.1f} ({f / base_fps:.2f})",
+                      f"{estimates[label]:.1f} ({estimates[label] / base_est:.2f})"])
     widths = [max(len(x) for x in col) for col in zip(head, *table)]
     fmt = lambda cells: "| " + " | ".join(x.ljust(w) for x, w in zip(cells, widths)) + " |"  # noqa: E731
     log(fmt(head))
@@ -255,14 +275,18 @@ def main(argv=None) -> int:
         log(fmt(r))
     rand = [float(np.mean(c)) for (label, *_), (_, c) in zip(variants, rows) if label.startswith("random")]
     top_mean = float(np.mean(rows[1][1]))
-    blank = blank_pages(case, 0.5 / 127)
+    nonblank = lambda c: [x for x, b in zip(c, blank) if not b]  # noqa: E731
     zeros = sum(1 for c in rows[0][1] if c == 0.0)
-    log(f"{blank} of {len(case.held_pages)} held-out images have a nearly blank float output (max < half an int8 step "
+    log(f"{sum(blank)} of {len(case.held_pages)} held-out images have a nearly blank float output (max < half an int8 step "
         f"of a 0-1 map); {zeros} score cosine 0.0 with default calibration (an all-zero quantized output has no "
         f"direction: cosine 0 by definition)")
     log(f"mean held-out cosine: default {np.mean(rows[0][1]):.5f}, debugger top-{len(top)} {top_mean:.5f}, "
         f"random (mean of {len(rand)} draws) {np.mean(rand):.5f}; goal >= 0.95: "
         f"{'met' if top_mean >= 0.95 else 'NOT met'}; beats chance: {'yes' if top_mean > np.mean(rand) else 'no'}")
+    rand_nb = [float(np.mean(nonblank(c))) for (label, *_), (_, c) in zip(variants, rows) if label.startswith("random")]
+    if any(blank):
+        log(f"non-blank images only: default {np.mean(nonblank(rows[0][1])):.5f}, debugger top-{len(top)} "
+            f"{np.mean(nonblank(rows[1][1])):.5f}, random {np.mean(rand_nb):.5f}")
     log("int16 end to end? (dtypes in the quantized model; weights stay int8 on X5)")
     for label, _, art, info in variants[1:]:
         if not label.startswith("random"):

@@ -29,14 +29,18 @@ def pick_sensitive(sensitivity: Dict[str, Dict[str, float]], pick_threshold: flo
 
 
 def analyse(cm: CalibratedModel, samples: Sequence[Sample], nodes: Sequence[str],
-            save_dir: Optional[str] = None, evaluator: Optional[Evaluator] = None) -> Dict[str, Dict[str, float]]:
+            save_dir: Optional[str] = None, evaluator: Optional[Evaluator] = None,
+            with_outputs: bool = False) -> Dict[str, Dict[str, float]]:
+    """``with_outputs``: a node also brings the quantization of the model output it makes
+    (runall ranks such nodes by it, see runall.ranked_nodes)."""
     ev = evaluator or Evaluator(cm, samples)
     single: Dict[str, float] = {}
     cumulative: Dict[str, float] = {"none": ev.score(None, [COSINE])[COSINE.name]}
     kept_float: List[str] = []
     for n in progress(nodes, "sensitivity analysis (nodes)"):
-        single[n] = ev.score(cm.calibrations_of(n), [COSINE])[COSINE.name]
-        kept_float += cm.calibrations_of(n)
+        mine = cm.calibrations_of(n) + (cm.output_calibrations(n) if with_outputs else [])
+        single[n] = ev.score(mine, [COSINE])[COSINE.name]
+        kept_float += mine
         cumulative[n] = ev.score(all_but(cm, kept_float), [COSINE])[COSINE.name]
     if save_dir is not None and nodes:
         plots.sensitivity_analysis(os.path.join(save_dir, FILE), nodes, single, cumulative)

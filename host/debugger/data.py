@@ -117,6 +117,11 @@ class CalibratedModel:
             return [name]
         return list(self.input_calibrations.get(name, []))
 
+    def output_calibrations(self, node: str) -> List[str]:
+        """Calibration nodes quantizing a *model output* made by ``node`` (no ordinary node reads them)."""
+        outs = set(self.by_name[node].output) if node in self.by_name else set()
+        return [c.name for c in self.calibrations.values() if c.kind == "activation" and not c.consumers and c.input in outs]
+
     def kind_of(self, name: str) -> str:
         return self.calibrations[name].kind if name in self.calibrations else "node"
 

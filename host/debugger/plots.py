@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 #: At most this many values per channel go into a box plot (quantiles barely move; drawing stays fast).
-BOX_SAMPLE = 20000
+BOX_SAMPLE = 4000
 MAX_TICK_LABELS = 40
 
 

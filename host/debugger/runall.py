@@ -67,31 +67,59 @@ def tail_nodes(cm: CalibratedModel) -> set:
     return tails
 
 
+def ranked_nodes(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str, float]]]) -> Dict[str, float]:
+    """Ordinary nodes by output cosine, most sensitive first: the node table, plus the
+    calibration of each *model output* charged to the node producing it.
+
+    Quantizing a node means quantizing its inputs (the seed's node_type 'node'), so
+    no node's row ever quantizes a model output: a probability map whose small
+    values round to 0 in int8 only shows in the activation table. It is charged
+    to its producer here, whose remedy (the CPU, or int16 output) fixes it.
+    """
+    cos = METRICS["cosine-similarity"].name
+    out = {n: v[cos] for n, v in sensitivity.get("node", {}).items() if cos in v}
+    producers = {o: n.name for n in cm.ordinary for o in n.output}
+    for name, v in sensitivity.get("activation", {}).items():
+        c = cm.calibrations.get(name)
+        if c is None or cos not in v or c.consumers or c.input not in producers:
+            continue
+        node = producers[c.input]
+        out[node] = min(out.get(node, 1.0), v[cos])
+    return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
 def remedies(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str, float]]],
              nodes: Sequence[str]) -> Dict[str, str]:
     """node -> 'int16' or 'cpu', the seed's two remedies, chosen per node:
 
-    * a tail node (nothing active after it) -> the CPU, in float (the seed's advice for tail ops);
+    * a node ranked by the *model output* it makes (``ranked_nodes``) -> int16
+      inputs and output: the output keeps its small values (the seed's
+      set_model_output_int16) and the op reads a fine-grained input;
     * a node whose *weight* calibration costs more than its input activations' ->
-      the CPU too: X5 int16 widens activations only, weights stay int8;
+      the CPU, in float: X5 int16 widens activations only, weights stay int8;
+    * a tail node (nothing active after it) -> the CPU (the seed's advice for tail ops);
     * otherwise -> int16 inputs and output (node_info InputType/OutputType).
 
-    ``sensitivity`` holds the 'weight' and 'activation' tables (cosine-similarity)
-    as runall computes them; without them every non-tail node gets int16.
+    ``sensitivity`` holds the 'node', 'weight' and 'activation' tables
+    (cosine-similarity) as runall computes them.
     """
     cos = METRICS["cosine-similarity"].name
     tails = tail_nodes(cm)
     weights = sensitivity.get("weight", {})
     acts = sensitivity.get("activation", {})
+    own = sensitivity.get("node", {})
+    ranked = ranked_nodes(cm, sensitivity)
     out = {}
     for n in nodes:
-        if n in tails:
-            out[n] = "cpu"
-            continue
         mine = cm.calibrations_of(n)
         w = [weights[c][cos] for c in mine if c in weights and cos in weights[c]]
         a = [acts[c][cos] for c in mine if c in acts and cos in acts[c]]
-        out[n] = "cpu" if w and (not a or min(w) < min(a)) else "int16"
+        if n in ranked and ranked[n] < own.get(n, {}).get(cos, 1.0):
+            out[n] = "int16"
+        elif w and (not a or min(w) < min(a)):
+            out[n] = "cpu"
+        else:
+            out[n] = "cpu" if n in tails else "int16"
     return out
 
 
@@ -106,19 +134,22 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
     for f in res.joins:
         if f.collapsed:
             out.append(f.warning())
-    nodes = res.sensitivity.get("node", {})
-    cos = METRICS["cosine-similarity"].name
-    sensitive = [n for n, v in nodes.items() if cos in v and v[cos] < pick_threshold][:TOP]
+    nodes = ranked_nodes(cm, res.sensitivity)
+    sensitive = [n for n, v in nodes.items() if v < pick_threshold][:TOP]
     if sensitive:
         choice = remedies(cm, res.sensitivity, sensitive)
         tails = tail_nodes(cm)
 
+        own = res.sensitivity.get("node", {})
+
         def why(n):
+            if nodes[n] < own.get(n, {}).get(METRICS["cosine-similarity"].name, 1.0):
+                return "its model output"
             if choice[n] == "int16":
                 return "activations"
             return "tail node" if n in tails else "weights: X5 int16 keeps weights int8"
         out.append("most quantization-sensitive nodes: " + ", ".join(
-            f"{n} ({nodes[n][cos]:.5f}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
+            f"{n} ({nodes[n]:.5f}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
     ends = {k: list(v.values())[-1] for k, v in res.acc_error.items() if v}
     if "weight" in ends and "activation" in ends:
         worse = "activation" if ends["activation"] < ends["weight"] else "weight"
@@ -251,10 +282,10 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
     if sensitive_nodes:
         picked = list(dict.fromkeys(sensitive_nodes))
     else:
-        picked = analysis.pick_sensitive(res.sensitivity.get("node", {}), pick_threshold)[:MAX_ANALYSED]
+        picked = [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < pick_threshold][:MAX_ANALYSED]
     if picked:
         float_ev = ev if output_node is None else Evaluator(cm, samples)
-        res.analysis = analysis.analyse(cm, samples, picked, save_dir, float_ev)
+        res.analysis = analysis.analyse(cm, samples, picked, save_dir, float_ev, with_outputs=True)
         res.figures["sensitivity analysis"] = os.path.join(save_dir, analysis.FILE)
 
     # Step 7: outputs one cosine hides.
