@@ -4,12 +4,12 @@ The source lives in ``common/``, ``board/`` and ``host/`` at the repository root
 (the layout users and reviewers navigate), while code imports it as
 ``bpuemu.common``, ``bpuemu.board`` and ``bpuemu.host``. ``aliases/`` holds
 thin top-level packages under the seeds' import paths (``horizon_nn``: the
-accuracy debugger). Metadata is in
+accuracy debugger; ``horizon_tc_ui``: HB_ONNXRuntime). Metadata is in
 pyproject.toml; this file only computes the package list from the tree so a
 new subpackage needs no edit here. Every folder holding a ``.py`` file is a
 package, with or without ``__init__.py``, so a forgotten ``__init__.py`` can no
-longer drop a folder from the wheel (tests/install/test_wheel.py checks the
-built wheel against the tree).
+longer drop a folder from the wheel (tests/install/test_packaging.py checks
+the built wheel against the tree).
 """
 import os
 
@@ -17,7 +17,9 @@ from setuptools import setup
 
 ROOTS = {"bpuemu.common": "common", "bpuemu.board": "board", "bpuemu.host": "host",
          # The seed's import path of the accuracy debugger (an alias of bpuemu.host.debugger).
-         "horizon_nn": "aliases/horizon_nn"}
+         "horizon_nn": "aliases/horizon_nn",
+         # The seed's import path of HB_ONNXRuntime (an alias of bpuemu.host.hb_onnxruntime).
+         "horizon_tc_ui": "aliases/horizon_tc_ui"}
 
 
 def _packages():

@@ -127,3 +127,22 @@ def test_board_venv_runs_the_bin_without_host_packages(board_venv, project, daem
     assert "FPS" in remote.stdout
     info = board_venv.run("hrt_model_exec", "model_info", "--model_file", model, "--board", board, cwd=tmp_path)
     assert info.stdout.strip()
+
+
+def test_seed_evaluation_code_imports_hb_onnxruntime_from_the_wheel(host_venv, project, tmp_path):
+    """The seed's evaluation code, as written: ``from horizon_tc_ui import HB_ONNXRuntime``."""
+    code = (
+        "import numpy as np\n"
+        "from horizon_tc_ui import HB_ONNXRuntime\n"
+        "import horizon_tc_ui\n"
+        "assert 'site-packages' in horizon_tc_ui.__file__, horizon_tc_ui.__file__\n"
+        f"sess = HB_ONNXRuntime(model_file={str(project['quanti'])!r})\n"
+        "name = sess.input_names[0]\n"
+        "shape = [1 if isinstance(d, str) or d is None else d for d in sess.get_inputs()[0].shape]\n"
+        "x = np.random.default_rng(0).integers(0, 256, shape, dtype=np.uint8)\n"
+        "out = sess.run(sess.output_names, {name: x}, input_offset=128)\n"
+        "print(sess.output_names, out[0].shape, float(out[0].sum()))\n"
+    )
+    out = host_venv.run("python", "-c", code, cwd=tmp_path).stdout
+    assert out.startswith("['prob'] (1, 10)"), out
+    assert abs(float(out.split()[-1]) - 1.0) < 1e-3  # softmax probabilities

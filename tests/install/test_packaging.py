@@ -3,7 +3,8 @@
 * Every command a README code block tells a user to type is a
   ``[project.scripts]`` console script (the list comes from README.md, not from
   a hand-kept copy), and every console script is documented in README.md.
-* The built wheel holds every ``.py`` file under common/, board/ and host/: a
+* The built wheel holds every ``.py`` file under common/, board/, host/ and
+  aliases/ (the seeds' top-level import paths): a
   folder the wheel drops (a missing ``__init__.py`` once dropped
   ``bpuemu.host.compiler``) fails here, not on a user's machine.
 """
@@ -17,7 +18,8 @@ except ImportError:  # Python < 3.11
     from pip._vendor import tomli as tomllib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-SOURCE_ROOTS = {"common": "bpuemu/common", "board": "bpuemu/board", "host": "bpuemu/host"}
+SOURCE_ROOTS = {"common": "bpuemu/common", "board": "bpuemu/board", "host": "bpuemu/host",
+                **{f"aliases/{p.name}": p.name for p in (ROOT / "aliases").iterdir() if p.is_dir()}}
 
 #: First words of README command lines that are not bpuemu's (shell built-ins and other tools).
 NOT_OURS = {"cd", "export", "source", ".", "sudo", "python", "python3", "pip", "git", "docker", "kubectl",
@@ -96,6 +98,7 @@ def test_wheel_holds_every_source_folder(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     expected = source_files()
     assert "bpuemu/host/compiler/partition.py" in expected  # the folder that was once dropped
+    assert "horizon_tc_ui/__init__.py" in expected
     missing = sorted(expected - names)
     missing_dirs = sorted({m.rsplit("/", 1)[0] for m in missing})
     assert not missing, f"the wheel lacks {len(missing)} source file(s), in folders {missing_dirs}"
