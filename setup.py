@@ -12,8 +12,10 @@ longer drop a folder from the wheel (tests/install/test_packaging.py checks
 the built wheel against the tree).
 """
 import os
+import shutil
 
 from setuptools import setup
+from setuptools.command.build_py import build_py
 
 ROOTS = {"bpuemu.common": "common", "bpuemu.board": "board", "bpuemu.host": "host",
          # The seed's import path of the accuracy debugger (an alias of bpuemu.host.debugger).
@@ -31,4 +33,14 @@ def _packages():
                 yield name if rel == "." else name + "." + rel.replace(os.sep, ".")
 
 
-setup(packages=sorted(_packages()), package_dir=dict(ROOTS))
+class FreshBuildPy(build_py):
+    """Copies the packages into an emptied build/lib: setuptools only ever adds to it, so a module
+    deleted or renamed in the tree would otherwise ride along into every later wheel built here."""
+
+    def run(self):
+        for top in sorted({name.split(".")[0] for name in ROOTS}):
+            shutil.rmtree(os.path.join(self.build_lib, top), ignore_errors=True)
+        super().run()
+
+
+setup(packages=sorted(_packages()), package_dir=dict(ROOTS), cmdclass={"build_py": FreshBuildPy})

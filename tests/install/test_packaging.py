@@ -111,3 +111,30 @@ def test_wheel_declares_the_console_scripts(wheel):
     section = text.split("[console_scripts]", 1)[1].split("\n[", 1)[0]
     declared = {line.split("=")[0].strip() for line in section.splitlines() if "=" in line}
     assert set(console_scripts()) <= declared
+
+
+def test_a_wheel_rebuilt_in_the_same_checkout_drops_a_removed_module(tmp_path):
+    """A user builds, pulls a change that renames a module, and builds again in the same folder:
+    the old module must not ride along from build/lib into the new wheel."""
+    import subprocess
+    import sys
+
+    from conftest import PIP_TIMEOUT_S, copy_build_inputs
+
+    (tmp_path / "src").mkdir()
+    src = copy_build_inputs(tmp_path / "src")
+    gone = src / "host" / "samples" / "old_name.py"
+    gone.write_text('"""A module that a later change renames."""\n')
+
+    def build(out):
+        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", str(src), "--no-deps", "-w", str(out), "--quiet"],
+                              cwd=src, capture_output=True, text=True, timeout=PIP_TIMEOUT_S)
+        assert proc.returncode == 0, proc.stderr
+        (whl,) = out.glob("bpuemu-*.whl")
+        return set(zipfile.ZipFile(whl).namelist())
+
+    assert "bpuemu/host/samples/old_name.py" in build(tmp_path / "dist1")
+    gone.rename(gone.with_name("new_name.py"))
+    names = build(tmp_path / "dist2")
+    assert "bpuemu/host/samples/new_name.py" in names
+    assert "bpuemu/host/samples/old_name.py" not in names
