@@ -17,10 +17,7 @@ from bpuemu.common.tensor import from_wire, to_wire
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 
-_PERF_FIELDS = (
-    "thread_num", "frame_count", "run_time_ms", "total_latency_ms", "average_latency_ms",
-    "fps", "p50_ms", "p90_ms", "p99_ms", "profiler_log", "profiler_csv", "model_name", "core_id",
-)
+_PERF_FIELDS = PerfReport.SUMMARY_FIELDS + ("profiler_log", "profiler_csv")
 
 
 def perf_report_to_proto(r: PerfReport) -> board_pb2.PerfResult:

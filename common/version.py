@@ -1,4 +1,4 @@
-"""Version constants checked by the board handshake and the `.bin` reader."""
+"""Version constants of the wire contract: the board handshake, the `.bin` reader, ``hrt_model_exec --json``."""
 
 __version__ = "0.1.0"
 
@@ -8,6 +8,10 @@ API_VERSION = 1
 #: `.bin` container format. Readers refuse a newer major; minors are additive.
 FORMAT_MAJOR = 1
 FORMAT_MINOR = 0
+
+#: ``hrt_model_exec --json`` document version (bpuemu.common.exec_json). Readers
+#: refuse a newer one; fields are only ever added within a version.
+EXEC_JSON_VERSION = 1
 
 #: What the runtime reports as its version (the real board's "hbdk runtime").
 RUNTIME_VERSION = f"bpuemu-runtime {__version__}"

@@ -49,6 +49,24 @@ def _access(token, tls):
     return BoardAccess(token=token, tls=tls, client_name="hrt_model_exec")
 
 
+def json_option(f):
+    return click.option("--json", "as_json", is_flag=True,
+                        help="Print one machine-readable JSON document instead of the console text "
+                             "(bpuemu.common.exec_json; README: hrt_model_exec --json).")(f)
+
+
+def _one_board_for_json(boards, as_json):
+    if boards and as_json:
+        raise click.UsageError("--json takes one board; several boards print the farm's console text")
+
+
+def _json(command, be, **fields) -> None:
+    from bpuemu.common import exec_json
+
+    platform = be.platform
+    click.echo(exec_json.document(command, platform.arch, platform.onnxruntime_version, be.load_ms, **fields))
+
+
 def input_option(f):
     return click.option("--input_file", default="",
                         help="One file per input, comma separated: .bin, .npy, .txt, .jpg/.jpeg/.png.")(f)
@@ -82,17 +100,22 @@ def cli():
 @cli.command("model_info", cls=GflagsCommand)
 @model_options
 @connection_options
-def model_info(model_file, model_name, core_id, board, token, ssh, tls):
+@json_option
+def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json):
     """Print input and output tensor properties."""
     from bpuemu.board.cli.hrt_model_exec_text import model_info_text
 
     boards = _farm(board, ssh)
+    _one_board_for_json(boards, as_json)
     if boards:
         from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd
 
         return farm_cmd.model_info(boards, split_list(model_file), model_name, _access(token, tls))
     with _open(model_file, board, token, ssh, tls) as be:
         handles = [be.model(model_name)] if model_name else [be.models[n] for n in be.model_names]
+        if as_json:
+            return _json("model_info", be, models=[{"name": h.name, "inputs": h.input_names, "outputs": h.output_names}
+                                                   for h in handles])
         click.echo(model_info_text([h.model for h in handles], be.description, be.load_ms))
 
 
@@ -108,25 +131,30 @@ def model_info(model_file, model_name, core_id, board, token, ssh, tls):
 @click.option("--dump_intermediate", default=0, show_default=True, type=click.IntRange(0, 3),
               help="Dump every step's inputs and outputs: 1 bin, 2/3 bin and txt.")
 @click.option("--dump_path", default=".", show_default=True, type=click.Path(file_okay=False), help="Where dumps go.")
+@json_option
 def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, enable_dump, dump_format,
-          dump_precision, dump_txt_axis, dump_intermediate, dump_path):
+          dump_precision, dump_txt_axis, dump_intermediate, dump_path, as_json):
     """Run inference on the given inputs (random ones when none are given)."""
     from bpuemu.board.runtime import dump
     from bpuemu.board.cli.hrt_model_exec_text import infer_text
 
+    def _dump(where, h, result):
+        """(output -> files, tensor -> files) of the dumps asked for."""
+        outputs = dump.dump_outputs(where, h.name, result.outputs, dump_format, dump_precision, dump_txt_axis) \
+            if enable_dump else {}
+        inter = dump.dump_intermediate(where, h.model, result.intermediates, dump_intermediate, dump_precision,
+                                       dump_txt_axis) if dump_intermediate else {}
+        return outputs, inter
+
     boards = _farm(board, ssh)
+    _one_board_for_json(boards, as_json)
     if boards:
         from bpuemu.board.farm import profile_dir
         from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd
 
         def dumps(target, h, result):  # each board's files in a directory of its own
-            where, written = profile_dir(dump_path, target), []
-            if enable_dump:
-                written += dump.dump_outputs(where, h.name, result.outputs, dump_format, dump_precision, dump_txt_axis)
-            if dump_intermediate:
-                written += dump.dump_intermediate(where, h.model, result.intermediates, dump_intermediate, dump_precision,
-                                                  dump_txt_axis)
-            return written
+            where = profile_dir(dump_path, target)
+            return dump.files_of(*_dump(where, h, result))
 
         return farm_cmd.infer(boards, split_list(model_file), model_name, _access(token, tls),
                               lambda h: _inputs(h, input_file) or _random_inputs(h), frame_count, dump_intermediate > 0,
@@ -138,12 +166,18 @@ def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, f
             click.echo("no --input_file given: using random inputs", err=True)
             inputs = _random_inputs(h)
         result = h.infer(inputs, frame_count=frame_count, dump_intermediate=dump_intermediate > 0)
+        outputs, intermediates = _dump(dump_path, h, result)
+        if as_json:
+            from bpuemu.common.exec_json import tensor
+
+            def rel(files):
+                return [os.path.relpath(f, dump_path) for f in files]
+
+            return _json("infer", be, model=h.name, latency_ms=result.latency_ms,
+                         outputs=[tensor(n, a, rel(outputs.get(n, []))) for n, a in result.outputs.items()],
+                         intermediates=[tensor(n, result.intermediates[n], rel(f)) for n, f in intermediates.items()])
         click.echo(infer_text(h.name, result.outputs, result.latency_ms))
-        written = []
-        if enable_dump:
-            written += dump.dump_outputs(dump_path, h.name, result.outputs, dump_format, dump_precision, dump_txt_axis)
-        if dump_intermediate:
-            written += dump.dump_intermediate(dump_path, h.model, result.intermediates, dump_intermediate, dump_precision, dump_txt_axis)
+        written = dump.files_of(outputs, intermediates)
         if written:
             click.echo(f"dumped {len(written)} file(s) to {os.path.abspath(dump_path)}")
 
@@ -156,14 +190,16 @@ def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, f
 @click.option("--perf_time", default=0.0, show_default=True, type=click.FloatRange(0), help="Run this many minutes (0: use frame_count).")
 @click.option("--thread_num", default=1, show_default=True, type=click.IntRange(1, 8), help="Threads running frames.")
 @click.option("--profile_path", default="", help="Directory for profiler.log and profiler.csv (off when empty).")
+@json_option
 def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, perf_time, thread_num,
-         profile_path):
+         profile_path, as_json):
     """Measure latency and frame rate on the board itself (on every board of a farm at once)."""
     from bpuemu.board.runtime.perf_job import PerfConfig
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
                         core_id=core_id, profile=bool(profile_path))
     boards = _farm(board, ssh)
+    _one_board_for_json(boards, as_json)
     if boards:
         from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd
 
@@ -174,11 +210,16 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
         inputs = _inputs(h, input_file)
         with _progress(frame_count if perf_time == 0 else 0) as progress:
             report = h.perf(config, inputs, progress=progress)
+        profiler_files = []
+        if profile_path:
+            os.makedirs(profile_path, exist_ok=True)
+            for name, text in (("profiler.log", report.profiler_log), ("profiler.csv", report.profiler_csv)):
+                write_file_atomic(os.path.join(profile_path, name), text)
+                profiler_files.append(name)
+        if as_json:
+            return _json("perf", be, model=h.name, result=report.summary(), profiler_files=profiler_files)
     click.echo(report.console())
     if profile_path:
-        os.makedirs(profile_path, exist_ok=True)
-        for name, text in (("profiler.log", report.profiler_log), ("profiler.csv", report.profiler_csv)):
-            write_file_atomic(os.path.join(profile_path, name), text)
         click.echo(f"profiler data written to {os.path.join(os.path.abspath(profile_path), 'profiler.log')} and profiler.csv")
 
 

@@ -39,27 +39,43 @@ def write_tensor(path_no_ext: str, array: np.ndarray, fmt: str, precision: int, 
     return path
 
 
-def dump_outputs(out_dir: str, model_name: str, outputs: Dict[str, np.ndarray], fmt: str, precision: int, txt_axis: int) -> List[str]:
+def output_stem(model_name: str, index: int, tensor: str) -> str:
+    """The dump file name (without extension) of model output ``index``."""
+    return f"{safe(model_name)}_output_{index}_{safe(tensor)}"
+
+
+def layer_stem(k: int, step: model_pb2.PlanStep, role: str, j: int, tensor: str) -> str:
+    """The dump file name (without extension) of ``tensor``, the ``j``-th ``role`` ("input" or
+    "output") of plan step ``k`` (the real tool's dump_intermediate layer naming)."""
+    proc = "bpu" if step.kind == model_pb2.PlanStep.BPU_SUBGRAPH else "cpu"
+    return f"layer-{k}-{proc}-{safe(step.name)}-{role}-{j}-{safe(tensor)}"
+
+
+def dump_outputs(out_dir: str, model_name: str, outputs: Dict[str, np.ndarray], fmt: str, precision: int,
+                 txt_axis: int) -> Dict[str, List[str]]:
+    """Write every output; returns output name -> the files written."""
     os.makedirs(out_dir, exist_ok=True)
-    return [
-        write_tensor(os.path.join(out_dir, f"{safe(model_name)}_output_{i}_{safe(name)}"), arr, fmt, precision, txt_axis)
-        for i, (name, arr) in enumerate(outputs.items())
-    ]
+    return {name: [write_tensor(os.path.join(out_dir, output_stem(model_name, i, name)), arr, fmt, precision, txt_axis)]
+            for i, (name, arr) in enumerate(outputs.items())}
 
 
 def dump_intermediate(out_dir: str, model: model_pb2.Model, tensors: Dict[str, np.ndarray], level: int,
-                      precision: int, txt_axis: int) -> List[str]:
-    """Level 1: .bin files; 2 and 3: .bin and .txt files."""
+                      precision: int, txt_axis: int) -> Dict[str, List[str]]:
+    """Level 1: .bin files; 2 and 3: .bin and .txt files. Returns tensor name -> the files written."""
     os.makedirs(out_dir, exist_ok=True)
     formats = ["bin"] if level == 1 else ["bin", "txt"]
-    written = []
+    written: Dict[str, List[str]] = {}
     for k, step in enumerate(model.plan):
-        proc = "bpu" if step.kind == model_pb2.PlanStep.BPU_SUBGRAPH else "cpu"
         for role, names in (("input", step.inputs), ("output", step.outputs)):
             for j, name in enumerate(names):
                 if name not in tensors:
                     continue
-                base = os.path.join(out_dir, f"layer-{k}-{proc}-{safe(step.name)}-{role}-{j}-{safe(name)}")
-                for fmt in formats:
-                    written.append(write_tensor(base, tensors[name], fmt, precision, txt_axis))
+                base = os.path.join(out_dir, layer_stem(k, step, role, j, name))
+                written.setdefault(name, []).extend(
+                    write_tensor(base, tensors[name], fmt, precision, txt_axis) for fmt in formats)
     return written
+
+
+def files_of(*written: Dict[str, List[str]]) -> List[str]:
+    """Every file in dump_outputs / dump_intermediate results, in writing order."""
+    return [f for w in written for files in w.values() for f in files]

@@ -60,6 +60,14 @@ class PerfReport:
     profiler_log: str = ""
     profiler_csv: str = ""
 
+    #: Every figure of the report: all fields but the profiler files' text.
+    SUMMARY_FIELDS = ("model_name", "thread_num", "frame_count", "core_id", "run_time_ms", "total_latency_ms",
+                      "average_latency_ms", "fps", "p50_ms", "p90_ms", "p99_ms")
+
+    def summary(self) -> dict:
+        """Every figure of the report (``SUMMARY_FIELDS``), for hrt_model_exec --json."""
+        return {f: getattr(self, f) for f in self.SUMMARY_FIELDS}
+
     def console(self) -> str:
         """The console block the real hrt_model_exec prints, plus percentiles."""
         return (

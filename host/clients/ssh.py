@@ -20,11 +20,13 @@ What happens on the board, in order:
    0700) and upload each model file into it, once per session;
 3. per call: upload the inputs as .npy files into ``call-<n>/``, run
    ``<remote command> infer --model_file ... --input_file ... --enable_dump true
-   --dump_format bin [--dump_intermediate 1] --dump_path call-<n>/out`` in the
-   work dir, read the dumped tensors back (dtype and shape from the `.bin`
-   manifest), and remove ``call-<n>/``; ``perf`` runs ``<remote command> perf``
-   and parses its console block and profiler files; the board's arch and
-   onnxruntime version come from ``<remote command> model_info``;
+   --dump_format bin [--dump_intermediate 1] --dump_path call-<n>/out --json``
+   in the work dir, read the board's ``--json`` document
+   (bpuemu.common.exec_json: each tensor's dump file, dtype and shape, each
+   frame's latency), fetch the dumps it names, and remove ``call-<n>/``;
+   ``perf --json`` gives the report and names the profiler files; the board's
+   arch, onnxruntime version and load time come from ``model_info --json``.
+   The transport parses no console text;
 4. close: remove the work dir (by SFTP).
 
 Every step has a deadline (connect and authentication, each SFTP operation,
@@ -39,7 +41,6 @@ import io
 import logging
 import os
 import posixpath
-import re
 import secrets
 import select
 import shlex
@@ -47,13 +48,13 @@ import socket
 import stat
 import time
 from dataclasses import dataclass
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 import paramiko
 from paramiko.ssh_exception import NoValidConnectionsError
 
-from bpuemu.common.container import BinFile, read_bin
+from bpuemu.common.container import read_bin
 from bpuemu.common.errors import (
     BoardUnavailable,
     BpuEmuError,
@@ -65,7 +66,7 @@ from bpuemu.common.errors import (
     Unauthenticated,
 )
 from bpuemu.common.proto import model_pb2
-from bpuemu.common.tensor import NUMPY_DTYPE
+from bpuemu.common.exec_json import dump_file, entry_dtype_shape, read_document
 from bpuemu.common.wire import join_target, split_target
 from bpuemu.board.backends import Backend, ModelHandle, Platform, TransportRequest
 from bpuemu.board.client import InferResult
@@ -355,62 +356,6 @@ class SshSession:
             self.client.close()
 
 
-_LOAD_LINE = re.compile(r"^Load model on local runtime \((?P<arch>[^,)]+)(?:, onnxruntime (?P<ort>[^)]+))?\) cost (?P<ms>[\d.]+)ms", re.M)
-_LATENCY_LINE = re.compile(r"frame count: (\d+), Average latency is: ([\d.]+) ms")
-_PERF_FIELDS = {
-    "thread_num": (r"Thread number is: (\d+)", int),
-    "frame_count": (r"Frame count\s+is: (\d+)", int),
-    "run_time_ms": (r"Program run time: ([\d.]+) ms", float),
-    "total_latency_ms": (r"Frame totally latency is: ([\d.]+) ms", float),
-    "average_latency_ms": (r"Average\s+latency\s+is: ([\d.]+) ms", float),
-    "fps": (r"Frame\s+rate\s+is: ([\d.]+) FPS", float),
-}
-_PERCENTILES = re.compile(r"p50/p90/p99 is: ([\d.]+) / ([\d.]+) / ([\d.]+) ms")
-
-
-def parse_perf_console(text: str, model_name: str, core_id: int) -> PerfReport:
-    """The PerfReport behind hrt_model_exec perf's console block."""
-    values = {}
-    for field, (pattern, kind) in _PERF_FIELDS.items():
-        m = re.search(pattern, text)
-        if m is None:
-            raise IncompatibleVersion(f"the board's perf output lacks '{pattern.split(':')[0]}'",
-                                      hint="install the same bpuemu version on host and board")
-        values[field] = kind(m.group(1))
-    m = _PERCENTILES.search(text)
-    p50, p90, p99 = (float(v) for v in m.groups()) if m else (0.0, 0.0, 0.0)
-    return PerfReport(model_name=model_name, core_id=core_id, p50_ms=p50, p90_ms=p90, p99_ms=p99, **values)
-
-
-def plan_tensor_types(model: model_pb2.Model, blobs: Dict[str, bytes]) -> Dict[str, Tuple[np.dtype, Tuple[int, ...]]]:
-    """dtype and shape of every tensor the plan makes (raw dumps carry neither).
-
-    Read from the compiled pieces (ONNX blobs) and the input specs, in plan order.
-    """
-    import onnx
-    from onnx import helper
-
-    types: Dict[str, Tuple[np.dtype, Tuple[int, ...]]] = {}
-    kind = model_pb2.PlanStep
-    for step in model.plan:
-        if step.kind == kind.PREPROCESS:
-            spec = model.input_specs[step.input_index]
-            types[step.outputs[0]] = (np.dtype(spec.model_dtype or "float32"), tuple(spec.model_shape))
-        elif step.blob:
-            piece = onnx.load_from_string(blobs[step.blob])
-            for vi in list(piece.graph.input) + list(piece.graph.output):
-                t = vi.type.tensor_type
-                types[vi.name] = (np.dtype(helper.tensor_dtype_to_np_dtype(t.elem_type)), tuple(d.dim_value for d in t.shape.dim))
-        elif step.kind == kind.DEQUANTIZE and step.inputs[0] in types:
-            types[step.outputs[0]] = (np.dtype("float32"), types[step.inputs[0]][1])
-        elif step.kind == kind.LAYOUT_CONVERT:
-            for src, dst in zip(step.inputs, step.outputs):
-                if src in types:
-                    dtype, shape = types[src]
-                    types[dst] = (dtype, tuple(shape[p] for p in step.perm) if step.perm else shape)
-    return types
-
-
 def _array(data: bytes, dtype: np.dtype, shape: Sequence[int], what: str, target) -> np.ndarray:
     expected = int(np.prod(shape, dtype=np.int64)) * dtype.itemsize
     if len(data) != expected:
@@ -420,11 +365,9 @@ def _array(data: bytes, dtype: np.dtype, shape: Sequence[int], what: str, target
 
 
 class SshModel(ModelHandle):
-    def __init__(self, backend: "SshBackend", model: model_pb2.Model, binfile: BinFile):
+    def __init__(self, backend: "SshBackend", model: model_pb2.Model):
         super().__init__(model)
         self.backend = backend
-        self.binfile = binfile
-        self._types = None
 
     @property
     def session(self) -> SshSession:
@@ -447,46 +390,39 @@ class SshModel(ModelHandle):
             args += ["--input_file", ",".join(names)]
         return args
 
+    def _document(self, result, command: str) -> dict:
+        return read_document(result.stdout, command, f"hrt_model_exec on board {self.session.target}")
+
     def infer(self, inputs, frame_count=1, dump_intermediate=False) -> InferResult:
         call = self.backend.new_call()
         try:
             args = self._base_args("infer", call, inputs) + [
-                "--frame_count", str(frame_count), "--enable_dump", "true", "--dump_format", "bin", "--dump_path", f"{call}/out"]
+                "--frame_count", str(frame_count), "--enable_dump", "true", "--dump_format", "bin",
+                "--dump_path", f"{call}/out", "--json"]
             if dump_intermediate:
                 args += ["--dump_intermediate", "1"]
             timeout = self.backend.options.command_timeout_s + (frame_count - 1) * FRAME_BUDGET_S
-            result = self.session.hrt_model_exec(args, "infer", timeout)
-            files = set(self.session.listdir(f"{call}/out", "listing the dumps"))
-            outputs = {}
-            for i, p in enumerate(self.output_properties):
-                fname = f"{safe(self.name)}_output_{i}_{safe(p.name)}.bin"
-                if fname not in files:
-                    raise IncompatibleVersion(f"board {self.session.target} wrote no dump of output '{p.name}' ({fname})",
-                                              hint="install the same bpuemu version on host and board")
-                data = self.session.get(f"{call}/out/{fname}", f"download of output '{p.name}'")
-                outputs[p.name] = _array(data, NUMPY_DTYPE[p.tensor_type], p.valid_shape, f"output '{p.name}'", self.session.target)
-            intermediates = self._fetch_intermediates(call, files) if dump_intermediate else {}
+            doc = self._document(self.session.hrt_model_exec(args, "infer", timeout), "infer")
+            outputs = {e["name"]: self._fetch(call, e, f"output '{e['name']}'") for e in doc["outputs"]}
+            if list(outputs) != self.output_names:
+                raise IncompatibleVersion(f"board {self.session.target} returned outputs {list(outputs)}, "
+                                          f"model '{self.name}' has {self.output_names}",
+                                          hint="install the same bpuemu version on host and board")
+            intermediates = {e["name"]: self._fetch(call, e, f"tensor '{e['name']}'")
+                             for e in doc.get("intermediates", [])} if dump_intermediate else {}
         finally:
             self.backend.end_call(call)
-        m = _LATENCY_LINE.search(result.stdout)
-        latency = [float(m.group(2))] * int(m.group(1)) if m else []
-        return InferResult(outputs, intermediates, latency)
+        return InferResult(outputs, intermediates, [float(t) for t in doc["latency_ms"]])
 
-    def _fetch_intermediates(self, call: str, files) -> Dict[str, np.ndarray]:
-        if self._types is None:
-            self._types = plan_tensor_types(self.model, self.binfile.blobs)
-        tensors: Dict[str, np.ndarray] = {}
-        for k, step in enumerate(self.model.plan):
-            proc = "bpu" if step.kind == model_pb2.PlanStep.BPU_SUBGRAPH else "cpu"
-            for role, names in (("output", step.outputs), ("input", step.inputs)):
-                for j, name in enumerate(names):
-                    fname = f"layer-{k}-{proc}-{safe(step.name)}-{role}-{j}-{safe(name)}.bin"
-                    if name in tensors or fname not in files or name not in self._types:
-                        continue
-                    dtype, shape = self._types[name]
-                    data = self.session.get(f"{call}/out/{fname}", f"download of tensor '{name}'")
-                    tensors[name] = _array(data, dtype, shape, f"tensor '{name}'", self.session.target)
-        return tensors
+    def _fetch(self, call: str, entry: dict, what: str) -> np.ndarray:
+        """A tensor of the --json document, read back from its .bin dump."""
+        name = dump_file(entry)
+        if name is None:
+            raise IncompatibleVersion(f"board {self.session.target} wrote no dump of {what}",
+                                      hint="install the same bpuemu version on host and board")
+        dtype, shape = entry_dtype_shape(entry)
+        data = self.session.get(posixpath.join(call, "out", name), f"download of {what}")
+        return _array(data, dtype, shape, what, self.session.target)
 
     def perf(self, config: PerfConfig, inputs=(), progress=None) -> PerfReport:
         call = self.backend.new_call()
@@ -500,11 +436,12 @@ class SshModel(ModelHandle):
             run_s = config.perf_time_minutes * 60 if config.perf_time_minutes > 0 else \
                 config.frame_count * FRAME_BUDGET_S / config.thread_num
             timeout = self.backend.options.command_timeout_s + run_s
-            result = self.session.hrt_model_exec(args, "perf", timeout)
-            report = parse_perf_console(result.stdout, self.name, config.core_id)
-            if config.profile:
-                report.profiler_log = self.session.get(f"{call}/prof/profiler.log", "download of profiler.log").decode()
-                report.profiler_csv = self.session.get(f"{call}/prof/profiler.csv", "download of profiler.csv").decode()
+            doc = self._document(self.session.hrt_model_exec(args + ["--json"], "perf", timeout), "perf")
+            report = PerfReport(**{f: doc["result"][f] for f in PerfReport.SUMMARY_FIELDS})
+            texts = {name: self.session.get(posixpath.join(call, "prof", name), f"download of {name}").decode()
+                     for name in doc.get("profiler_files", [])}
+            report.profiler_log = texts.get("profiler.log", "")
+            report.profiler_csv = texts.get("profiler.csv", "")
         finally:
             self.backend.end_call(call)
         if progress is not None:
@@ -536,7 +473,7 @@ class SshBackend(Backend):
                 self.session.put_file(path, name)
                 remote.append(name)
                 for model in binfile.manifest.models:
-                    self._add(SshModel(self, model, binfile))
+                    self._add(SshModel(self, model))
             self.remote_models = ",".join(remote)
         except BaseException:
             self.session.close()
@@ -567,12 +504,9 @@ class SshBackend(Backend):
     def _board_facts(self) -> Tuple[Platform, float]:
         """(arch and onnxruntime version, model load ms) from the board's own model_info."""
         if self._facts is None:
-            result = self.session.hrt_model_exec(["model_info", "--model_file", self.remote_models], "model_info")
-            m = _LOAD_LINE.search(result.stdout)
-            if m is None:
-                self._facts = (Platform("unknown", "unknown"), 0.0)
-            else:
-                self._facts = (Platform(m.group("arch"), m.group("ort") or "unknown"), float(m.group("ms")))
+            result = self.session.hrt_model_exec(["model_info", "--model_file", self.remote_models, "--json"], "model_info")
+            doc = read_document(result.stdout, "model_info", f"hrt_model_exec on board {self.target}")
+            self._facts = (Platform(doc["board"]["arch"], doc["board"]["onnxruntime_version"]), float(doc["load_ms"]))
         return self._facts
 
     @property

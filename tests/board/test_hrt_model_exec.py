@@ -331,3 +331,46 @@ def test_thread_num_out_of_range_is_a_usage_error(board, rgb_model, scratch):
     assert len(errors) == 1 and "--thread_num" in errors[0] and "9" in errors[0], result.stderr
     assert "Running condition" not in result.stdout
     assert_daemon_serves(board, rgb_model.path, rgb_model.x)
+
+
+# --- --json: the machine-readable output (bpuemu.common.exec_json) -------------------------
+
+def test_json_infer_on_board_names_every_dump(board, rgb_model, scratch, tmp_path):
+    from bpuemu.common.exec_json import dump_file, entry_dtype_shape, read_document
+
+    np.save(tmp_path / "x.npy", rgb_model.x)
+    result = run_cli(["infer", "--model_file", rgb_model.path, "--input_file", tmp_path / "x.npy", "--frame_count", "3",
+                      "--enable_dump", "--dump_intermediate", "1", "--dump_path", "out", "--json", *_board(board)], scratch)
+    assert_ok(result)
+    doc = read_document(result.stdout, "infer")
+    assert doc["model"] == rgb_model.model.name and len(doc["latency_ms"]) == 3 and doc["load_ms"] >= 0
+    assert doc["board"]["arch"] and doc["board"]["onnxruntime_version"]
+    expected = LocalBackend([rgb_model.path]).model().infer([rgb_model.x], dump_intermediate=True)
+    assert [e["name"] for e in doc["outputs"]] == list(expected.outputs)
+    assert {e["name"] for e in doc["intermediates"]} == set(expected.intermediates)
+    for entry in doc["outputs"] + doc["intermediates"]:
+        dtype, shape = entry_dtype_shape(entry)
+        got = np.fromfile(scratch / "out" / dump_file(entry), dtype=dtype).reshape(shape)
+        want = expected.outputs.get(entry["name"], expected.intermediates.get(entry["name"]))
+        assert got.dtype == want.dtype and np.array_equal(got, want), entry["name"]
+
+
+def test_json_model_info_and_perf(rgb_model, scratch):
+    from bpuemu.common.exec_json import read_document
+
+    info = read_document(run_cli(["model_info", "--model_file", rgb_model.path, "--json"], scratch).stdout, "model_info")
+    m = rgb_model.model
+    assert info["models"] == [{"name": m.name, "inputs": [p.name for p in m.inputs], "outputs": [p.name for p in m.outputs]}]
+    result = run_cli(["perf", "--model_file", rgb_model.path, "--frame_count", "10", "--profile_path", "prof", "--json"], scratch)
+    assert_ok(result)
+    doc = read_document(result.stdout, "perf")
+    assert doc["result"]["frame_count"] == 10 and doc["result"]["fps"] > 0
+    assert doc["profiler_files"] == ["profiler.log", "profiler.csv"]
+    assert all((scratch / "prof" / f).stat().st_size > 0 for f in doc["profiler_files"])
+
+
+def test_json_takes_one_board(rgb_model, scratch):
+    result = run_cli(["perf", "--model_file", rgb_model.path, "--board", "127.0.0.1:1,127.0.0.1:2", "--json"], scratch)
+    assert result.returncode == 2 and "Traceback" not in result.output, result.output
+    errors = [line for line in result.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1 and "--json takes one board" in errors[0], result.stderr

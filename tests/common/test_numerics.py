@@ -61,3 +61,17 @@ def test_select_model_one_error_class_naming_no_flag():
         with pytest.raises(NotFound, match=re.escape(text)) as info:
             select_model(models, name, "m.bin")
         assert "--" not in str(info.value)
+
+
+def test_exec_json_reader_refuses_what_it_cannot_read():
+    from bpuemu.common import exec_json
+    from bpuemu.common.errors import IncompatibleVersion
+    from bpuemu.common.version import EXEC_JSON_VERSION
+
+    doc = exec_json.document("infer", "aarch64", "1.22.0", 3.0, model="m", latency_ms=[1.0], outputs=[], intermediates=[])
+    assert exec_json.read_document(doc, "infer")["board"]["arch"] == "aarch64"
+    newer = doc.replace(f'"version":{EXEC_JSON_VERSION}', f'"version":{EXEC_JSON_VERSION + 1}')
+    for text, words in ((newer, "writes --json version"), ("Load model on local runtime", "did not answer with a --json"),
+                        ('{"format": "other"}', "not bpuemu.hrt_model_exec"), (doc, "answered 'infer' to 'perf'")):
+        with pytest.raises(IncompatibleVersion, match=re.escape(words)):
+            exec_json.read_document(text, "perf" if text is doc else "infer")

@@ -20,9 +20,13 @@ import pytest
 
 from bpuemu.board.backends import LocalBackend, TransportRequest, load_transport, open_backend
 from bpuemu.board.runtime.perf_job import PerfConfig
-from bpuemu.common.errors import BoardUnavailable, DeadlineExceeded, NotFound, PermissionDenied, Unauthenticated
+from bpuemu.common.errors import (
+    BoardUnavailable, DeadlineExceeded, IncompatibleVersion, NotFound, PermissionDenied, Unauthenticated,
+)
 from bpuemu.common.input_types import random_rt_input
-from bpuemu.host.clients.ssh import SshBackend, parse_target, parse_perf_console
+from bpuemu.common.exec_json import read_document
+from bpuemu.common.version import EXEC_JSON_VERSION
+from bpuemu.host.clients.ssh import SshBackend, parse_target
 
 from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable, work_dirs
 
@@ -145,11 +149,12 @@ def test_model_info_over_ssh(sshd, models, tmp_path):
 def test_perf_over_ssh_fetches_the_profiler_files(sshd, models, tmp_path):
     prof = tmp_path / "prof"
     result = run_cli(["perf", "--model_file", models["rgb"], "--frame_count", "20", "--thread_num", "2",
-                      "--profile_path", str(prof), *sshd.cli_args()], tmp_path)
+                      "--profile_path", str(prof), "--json", *sshd.cli_args()], tmp_path)
     assert_ok(result)
-    assert "Thread number is: 2" in result.stdout and "Frame count   is: 20" in result.stdout
-    report = parse_perf_console(result.stdout, "m", 0)
-    assert report.frame_count == 20 and report.fps > 0 and report.p99_ms >= report.p50_ms > 0
+    doc = read_document(result.stdout, "perf")
+    report = doc["result"]
+    assert report["thread_num"] == 2 and doc["profiler_files"] == ["profiler.log", "profiler.csv"]
+    assert report["frame_count"] == 20 and report["fps"] > 0 and report["p99_ms"] >= report["p50_ms"] > 0
     csv = (prof / "profiler.csv").read_text()
     assert "BPU_sample_32x32_rgb_subgraph_0" in csv
     assert "***" in (prof / "profiler.log").read_text()
@@ -249,6 +254,15 @@ def test_every_command_has_a_deadline(sshd, models, tmp_path):
         with pytest.raises(DeadlineExceeded, match="infer on board .* did not finish within 1 s"):
             board.model().infer([])
     assert not any(p.name.startswith("bpuemu-ssh-") for p in tmp_path.iterdir())
+
+
+def test_board_writing_a_newer_json_version_is_refused(sshd, models, tmp_path):
+    newer = script(tmp_path, "newer.sh", f"""\
+        {REMOTE_COMMAND} "$@" | sed 's/"version":{EXEC_JSON_VERSION},/"version":{EXEC_JSON_VERSION + 1},/'
+        """)
+    with open_backend([models["rgb"]], ssh=options(sshd, tmp_path, remote_command=newer)) as board:
+        with pytest.raises(IncompatibleVersion, match=f"writes --json version {EXEC_JSON_VERSION + 1}; this side reads"):
+            board.model().infer([])
 
 
 def test_remote_errors_are_relayed(sshd, models, tmp_path):
