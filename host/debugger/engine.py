@@ -2,17 +2,25 @@
 
 A *candidate* is a set of enabled calibration nodes: those quantize (a
 QuantizeLinear + DequantizeLinear pair), the others pass the float value
-through (``calibrated_to_fakequant``). The float model is the candidate with
-nothing enabled.
+through. The float model is the candidate with nothing enabled.
 
 Cost rules (a 100-node model and 10 samples must take seconds, not minutes):
-the float model runs once per sample and its tensors are kept; each candidate
-gets one onnxruntime InferenceSession (the board runtime's session options,
-QDQ fusion off), which then runs every sample.
+the float model runs once per sample and its outputs are kept, and no
+candidate builds a model or a session of its own. ``SwitchModel`` builds ONE
+model in which every calibration node is
+``Where(<node>__on, DequantizeLinear(QuantizeLinear(x)), x)`` with a boolean
+graph input per node, and ONE onnxruntime InferenceSession (the board
+runtime's session options, QDQ fusion off); a candidate is a set of flags fed
+with each sample. ``Where`` passes either branch through unchanged, so the
+figures are those of ``calibrated_to_fakequant(model, enabled)`` up to float
+rounding (onnxruntime fuses float ops differently around the Where nodes:
+about 1e-7 relative, checked in tests/host/test_debugger.py).
 """
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
+import onnx
+from onnx import TensorProto, helper
 from tqdm import tqdm
 
 from bpuemu.common.compare import METRICS, Metric
@@ -36,8 +44,76 @@ def resolve_metrics(metrics) -> List[Metric]:
 
 def progress(iterable, desc: str, total: Optional[int] = None):
     """A tqdm bar on stderr that disappears when done (long loops over nodes or samples)."""
-    return tqdm(iterable, desc=desc, total=total, leave=False, unit="model" if "candidate" in desc else "it",
-                dynamic_ncols=True)
+    return tqdm(iterable, desc=desc, total=total, leave=False, dynamic_ncols=True)
+
+
+FLAG_SUFFIX = "__on"
+
+
+def switch_model(cm: CalibratedModel) -> onnx.ModelProto:
+    """The calibrated model with a boolean input ``<calibration node>__on`` per calibration node
+    choosing its quantized or its float value (see the module docstring)."""
+    m = cm.fakequant(None)   # every calibration node as Q -> DQ, the DQ writing the node's output
+    g = m.graph
+    by_output = {n.output[0]: n for n in g.node if n.op_type == "DequantizeLinear"}
+    producer = {o: n for n in g.node for o in n.output}
+    extra = []
+    for c in cm.calibrations.values():
+        dq = by_output.get(c.output)
+        q = producer.get(dq.input[0]) if dq is not None else None
+        if q is None or q.op_type != "QuantizeLinear":
+            raise InvalidInput(f"cannot build the switch model: calibration node {c.name} has no Q/DQ pair")
+        quantized = c.output + "__quantized"
+        dq.output[0] = quantized
+        flag = c.name + FLAG_SUFFIX
+        g.input.append(helper.make_tensor_value_info(flag, TensorProto.BOOL, []))
+        extra.append((dq.name, helper.make_node("Where", [flag, quantized, q.input[0]], [c.output], name=c.name + "_switch")))
+    after = dict(extra)
+    nodes = []
+    for n in g.node:
+        nodes.append(n)
+        if n.name in after:
+            nodes.append(after[n.name])
+    del g.node[:]
+    g.node.extend(nodes)
+    return m
+
+
+class _RealInputs:
+    """The session's model inputs without the switch flags (for feed_for)."""
+
+    def __init__(self, sess):
+        self._inputs = [i for i in sess.get_inputs() if not i.name.endswith(FLAG_SUFFIX)]
+
+    def get_inputs(self):
+        return self._inputs
+
+
+class SwitchModel:
+    """One session answering every candidate: ``run(enabled, sample)``."""
+
+    def __init__(self, cm: CalibratedModel, tensors: Sequence[str]):
+        self.cm = cm
+        self.tensors = list(tensors)
+        model = switch_model(cm)
+        if set(self.tensors) - set(cm.outputs):
+            model = with_outputs(model, self.tensors, cm.infos)
+        self.sess = session(model)
+        self._real = _RealInputs(self.sess)
+        self._on = {c: np.array(True) for c in cm.calibrations}
+        self._feeds: Dict[int, Dict[str, np.ndarray]] = {}
+
+    def flags(self, enabled: Optional[Sequence[str]]) -> Dict[str, np.ndarray]:
+        on = set(self.cm.calibrations) if enabled is None else set(enabled)
+        return {c + FLAG_SUFFIX: np.array(c in on) for c in self.cm.calibrations}
+
+    def run(self, flags: Dict[str, np.ndarray], sample: Sample, key: Optional[int] = None) -> List[np.ndarray]:
+        feed = self._feeds.get(key) if key is not None else None
+        if feed is None:
+            feed = feed_for(self._real, sample)
+            if key is not None:
+                self._feeds[key] = feed
+        return self.sess.run(self.tensors, {**feed, **flags})
 
 
 class Evaluator:
@@ -47,20 +123,14 @@ class Evaluator:
         self.cm = cm
         self.samples = list(samples)
         self.tensors = list(tensors) if tensors else list(cm.outputs)
-        float_sess = self.session(())
+        self.model = SwitchModel(cm, self.tensors)
+        off = self.model.flags(())
         self.reference: List[List[np.ndarray]] = [
-            float_sess.run(self.tensors, feed_for(float_sess, s)) for s in progress(self.samples, "float model runs")]
-        del float_sess
-
-    def session(self, enabled: Optional[Sequence[str]]):
-        model = self.cm.fakequant(enabled)
-        if set(self.tensors) - set(self.cm.outputs):
-            model = with_outputs(model, self.tensors, self.cm.infos)
-        return session(model)
+            self.model.run(off, s, i) for i, s in enumerate(progress(self.samples, "float model runs"))]
 
     def outputs(self, enabled: Optional[Sequence[str]]) -> List[List[np.ndarray]]:
-        sess = self.session(enabled)
-        return [sess.run(self.tensors, feed_for(sess, s)) for s in self.samples]
+        flags = self.model.flags(enabled)
+        return [self.model.run(flags, s, i) for i, s in enumerate(self.samples)]
 
     def score(self, enabled: Optional[Sequence[str]], metrics: Sequence[Metric]) -> Dict[str, float]:
         """Per metric: averaged over samples per compared tensor, then the worst tensor's figure
@@ -114,14 +184,14 @@ def tensor_curves(cm: CalibratedModel, samples: Sequence[Sample], candidates: Di
     averaged over samples. The float model runs once per sample; each candidate has one session."""
     pairs = node_tensors(cm)
     tensors = list(dict.fromkeys(t for _, t in pairs))
-    float_sess = session(with_outputs(cm.fakequant(()), tensors, cm.infos))
-    sessions = {label: session(with_outputs(cm.fakequant(enabled), tensors, cm.infos))
-                for label, enabled in progress(candidates.items(), "candidate sessions", len(candidates))}
+    model = SwitchModel(cm, tensors)
+    off = model.flags(())
+    flags = {label: model.flags(enabled) for label, enabled in candidates.items()}
     sums = {label: np.zeros(len(tensors)) for label in candidates}
     for s in progress(samples, "samples"):
-        ref = float_sess.run(tensors, feed_for(float_sess, s))
-        for label, sess in sessions.items():
-            got = sess.run(tensors, feed_for(sess, s))
+        ref = model.run(off, s)
+        for label, f in flags.items():
+            got = model.run(f, s)
             sums[label] += [metric(r, g) for r, g in zip(ref, got)]
     pos = {t: i for i, t in enumerate(tensors)}
     n = max(1, len(samples))
