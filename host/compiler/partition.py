@@ -29,9 +29,10 @@ from onnx import helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
-from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_INPUT_TYPE, TT, make_properties
+from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_INPUT_TYPE, make_properties
 from bpuemu.common.input_types import rt_byte_size, rt_shape
 from bpuemu.host.compiler.optable import BPU_OPS
+from bpuemu.host.quant.graph import name_nodes
 
 Kind = model_pb2.PlanStep
 #: compiler_parameters.input_source values -> the tensor properties' inputSource.
@@ -101,10 +102,8 @@ class _Graph:
     def __init__(self, model: onnx.ModelProto):
         self.model = model
         g = model.graph
+        name_nodes(model)
         self.nodes = list(g.node)
-        for i, n in enumerate(self.nodes):
-            if not n.name:
-                n.name = f"{n.op_type}_{i}"
         self.index = {n.name: i for i, n in enumerate(self.nodes)}
         self.inits = {t.name: t for t in g.initializer}
         self.graph_inputs = [i.name for i in g.input if i.name not in self.inits]

@@ -23,7 +23,7 @@ import onnx
 from onnx import helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.host.quant.graph import convert_opset, default_opset
+from bpuemu.host.quant.graph import convert_opset, default_opset, name_nodes
 
 log = logging.getLogger("bpuemu.host.convert")
 
@@ -75,7 +75,6 @@ def fuse_hardswish(model: onnx.ModelProto, dry_run: bool = False) -> int:
         return 0
     g = model.graph
     consts = _consts(model)
-    producer = {o: n for n in g.node for o in n.output}
     consumers: Dict[str, List[onnx.NodeProto]] = {}
     for n in g.node:
         for i in n.input:
@@ -221,9 +220,7 @@ def fold_conv_mul_add(model: onnx.ModelProto) -> int:
 
 def optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     """The optimized float model: same outputs (to float rounding), fewer and fused ops."""
-    for i, n in enumerate(model.graph.node):  # names survive into the checker table and the plan
-        if not n.name:
-            n.name = f"{n.op_type}_{i}"
+    name_nodes(model)  # names survive into the checker table and the plan
     model = raise_opset(model)
     if model.ir_version < 7:
         # IR < 4 requires every initializer to be a graph input, which the
