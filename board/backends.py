@@ -199,7 +199,7 @@ def open_backend(model_files: Sequence[str], board: Optional[str] = None, token:
                  ssh: Optional[TransportRequest] = None, tls=None) -> Backend:
     files = [f for f in model_files if f]
     if not files:
-        raise InvalidInput("no model file given", hint="pass --model_file FILE.bin")
+        raise InvalidInput("no model file given", subject="model_file")
     if ssh is not None:
         if board:
             raise InvalidInput("give either --board (gRPC) or --ssh, not both")

@@ -148,14 +148,16 @@ def _translate(err: grpc.RpcError, target: str, what: str, tls: Optional[TlsConf
         if reason:
             return BoardUnavailable(
                 f"TLS with board {target} failed during {what}: {reason}",
-                hint="check --tls-ca (the CA that signed the board's certificate), --tls-server-name, and, "
-                     "for a board that requires client certificates, --tls-cert/--tls-key")
+                hint="check the CA that signed the board's certificate, the name the certificate must carry, and, "
+                     "for a board that requires client certificates, the client certificate and key",
+                subject="tls")
         return BoardUnavailable(f"board {target} is unreachable during {what}: {first}",
                                 hint=f"is hrt_boardd running there? start it with: hrt_boardd --listen {target}"
-                                     + ("" if tls is not None else "; if it serves TLS, pass --tls-ca"))
+                                     + ("" if tls is not None else "; if it serves TLS, give its CA"),
+                                subject="" if tls is not None else "unreachable_plain")
     if name == "DEADLINE_EXCEEDED":
         return DeadlineExceeded(f"board {target} did not answer {what} before its deadline",
-                                hint="the board may be overloaded or the job too long; raise --timeout")
+                                hint="the board may be overloaded or the job too long", subject="deadline")
     if name == "CANCELLED" and not details:
         return BY_GRPC_STATUS["CANCELLED"](f"{what} on {target} was cancelled")
     cls = BY_GRPC_STATUS.get(name, InternalError)

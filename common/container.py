@@ -68,7 +68,7 @@ def select_model(models: Mapping[str, T], name: Optional[str], where: str) -> T:
     names = ", ".join(models) or "none"
     if not name:
         if len(models) != 1:
-            raise NotFound(f"{len(models)} models in {where} ({names}); choose one by name")
+            raise NotFound(f"{len(models)} models in {where} ({names}); choose one by name", subject="model_name")
         return next(iter(models.values()))
     try:
         return models[name]

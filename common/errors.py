@@ -1,7 +1,10 @@
 """The bpuemu error vocabulary.
 
 Every user-facing failure is a ``BpuEmuError``: one line that says what is
-wrong, optionally a ``hint`` that says what to do. Each boundary translates
+wrong, optionally a ``hint`` that says what to do, and a ``subject`` that the
+CLI edge turns into a hint in the flags of the command that was typed (a
+library message names no flag: hrt_model_exec says ``--input_file``,
+hb_verifier ``-i``). Each boundary translates
 them exactly once: the daemon's interceptor to a gRPC status
 (``grpc_status`` names the code), the board client back from the status, and
 the CLI edge to one printed line and a non-zero exit.
@@ -16,10 +19,13 @@ class BpuEmuError(Exception):
     #: Process exit code at the CLI edge.
     exit_code = 1
 
-    def __init__(self, message: str, hint: str = ""):
+    def __init__(self, message: str, hint: str = "", subject: str = ""):
         super().__init__(message)
         self.message = message
         self.hint = hint
+        #: What the error is about, for the CLI edge to hint in the typed command's own flags
+        #: ("model_name", "input_file", ...): library messages name no flag.
+        self.subject = subject
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message}\nHint: {self.hint}"

@@ -9,10 +9,17 @@
   exit 70 (EX_SOFTWARE); ``BPUEMU_DEBUG=1`` prints the traceback;
 * Ctrl-C is "Interrupted.", exit 130.
 
+Before the command runs, the edge sets up the one logging setup
+(bpuemu.board.cli.logs) at WARNING, so a library's warning (an unknown SSH
+host key recorded, a yaml key bpuemu does not act on) reaches the user in the
+seed's format; a command that logs more (hb_mapper's INFO lines and log file,
+hrt_boardd) sets it up again in its callback.
+
 Library errors name no command-line flag, because the same library serves
 several commands that spell their flags differently. An error may carry a
 ``subject`` (for example ``"model_name"``); each command passes ``hints``
-mapping subjects to advice in its own flags, and the edge adds that ``Hint:``.
+mapping subjects to advice in its own flags, and the edge prints that as the
+``Hint:`` (``{hint}`` in it stands for the library's own hint).
 
 Client commands also silence gRPC's own C-core log (GRPC_VERBOSITY=NONE unless
 set): it would print handshake and connection noise next to the one line the
@@ -26,6 +33,7 @@ from typing import Callable, Mapping, Optional, Sequence
 import click
 
 from bpuemu.common.errors import BpuEmuError
+from bpuemu.board.cli.logs import setup_logging
 
 #: Exit status of a bug (BSD sysexits EX_SOFTWARE), distinct from a user error's 1.
 EXIT_BUG = 70
@@ -37,9 +45,9 @@ def debug_enabled() -> bool:
 
 
 def error_lines(exc: BpuEmuError, hints: Optional[Mapping[str, str]] = None) -> list:
-    """The lines a user error prints: the message, then a hint in this command's own flags."""
+    """The lines a user error prints: the message, then a hint (in this command's own flags when it has one)."""
     lines = str(exc.message).splitlines() or [type(exc).__name__]
-    hint = exc.hint or (hints or {}).get(getattr(exc, "subject", "") or "", "")
+    hint = (hints or {}).get(getattr(exc, "subject", "") or "", "").replace("{hint}", exc.hint) or exc.hint
     if hint:
         lines.append(f"Hint: {hint}")
     return lines
@@ -60,6 +68,7 @@ def run(command: click.Command, prog: str, args=None, *, grpc_core_log: bool = F
     """
     if not grpc_core_log and not debug_enabled():
         os.environ.setdefault("GRPC_VERBOSITY", "NONE")  # read when grpc is first imported
+    setup_logging("DEBUG" if debug_enabled() else "WARNING")
     try:
         command.main(args=args, prog_name=prog, standalone_mode=False)
     except click.exceptions.Abort:

@@ -10,7 +10,7 @@ import click
 from bpuemu.common.errors import BoardUnavailable
 from bpuemu.common.wire import DEFAULT_PORT
 from bpuemu.board.cli.edge import run
-from bpuemu.board.cli.options import tls_options, version_option
+from bpuemu.board.cli.options import CONNECTION_HINTS, tls_options, version_option
 from bpuemu.board.daemon.healthcheck import check
 
 
@@ -32,7 +32,7 @@ def cli(target, service, timeout, tls, quiet):
 
 
 def main(args=None):
-    run(cli, "hrt_boardd-healthcheck", args)
+    run(cli, "hrt_boardd-healthcheck", args, hints={**CONNECTION_HINTS, "deadline": "raise --timeout"})
 
 
 if __name__ == "__main__":

@@ -23,12 +23,13 @@ import click
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.version import RUNTIME_VERSION, __version__
 from bpuemu.board.cli.edge import run
-from bpuemu.board.cli.options import (BOOL, GflagsCommand, connection_options, first_board, model_options, split_list,
+from bpuemu.board.cli.options import (BOOL, CONNECTION_HINTS, GflagsCommand, connection_options, first_board, model_options, split_list,
                                       version_option)
 
 #: Hints in this command's own flags for library errors about a subject (see bpuemu.board.cli.edge).
-HINTS = {"model_name": "pass --model_name NAME", "model_file": "pass --model_file FILE.bin",
-         "input_file": "pass one file per input: --input_file a.bin,b.bin"}
+HINTS = {**CONNECTION_HINTS, "model_name": "pass --model_name NAME", "model_file": "pass --model_file FILE.bin",
+         "input_file": "pass one file per input: --input_file a.bin,b.bin",
+         "ssh_login": "check the user (USER@ in --ssh), the password (-p) or the key (--identity)"}
 
 
 def _farm(board, ssh):

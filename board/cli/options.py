@@ -173,6 +173,16 @@ def tls_options(f):
     ])
 
 
+#: Hints in the connection flags' own spelling, for library errors about a subject (bpuemu.board.cli.edge).
+CONNECTION_HINTS = {
+    "tls": "check --tls-ca (the CA that signed the board's certificate), --tls-server-name, and, for a board that "
+           "requires client certificates, --tls-cert/--tls-key",
+    "unreachable_plain": "{hint} (--tls-ca FILE)",
+    "ssh_identity": "load the key into ssh-agent and omit --identity, or use an unencrypted key",
+    "remote_command": "install the board package there (deploy/), or pass --remote-command",
+}
+
+
 #: Parameters that only mean something for a board running hrt_boardd (gRPC) ...
 GRPC_PARAMS = ("token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name")
 #: ... and for a board reached over SSH.

@@ -68,5 +68,5 @@ def read_inputs(files: Sequence[str], specs: Sequence[model_pb2.InputSpec]) -> L
     if len(files) != len(specs):
         names = ", ".join(s.name for s in specs)
         raise InvalidInput(f"the model has {len(specs)} input(s) ({names}) but {len(files)} input file(s) were given",
-                           hint="pass one file per input: --input_file a.bin,b.bin")
+                           hint="give one file per input, in the model's input order", subject="input_file")
     return [read_input(f, s) for f, s in zip(files, specs)]

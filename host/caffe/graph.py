@@ -55,7 +55,8 @@ class Graph:
     def add_input(self, blob: str, shape: Shape) -> None:
         if not shape or any(d <= 0 for d in shape):
             raise InvalidInput(f"Caffe input {blob} has no fixed shape ({'x'.join(map(str, shape)) or 'none given'})",
-                               hint=f"give it with --input-shape {blob} 1x3x224x224, or input_shape in the yaml")
+                               hint=f"give the shape of {blob} (e.g. 1x3x224x224) in input_shape in the yaml",
+                               subject="input_shape")
         tensor = self.unique(blob)
         self.inputs.append(helper.make_tensor_value_info(tensor, TensorProto.FLOAT, list(shape)))
         self.define(blob, tensor, shape)

@@ -22,8 +22,8 @@ from bpuemu.board.cli.options import version_option
 log = logging.getLogger("bpuemu.host")
 
 #: Hints in hb_mapper's own flags for library errors about a subject (see bpuemu.board.cli.edge).
-HINTS = {"input_shape": "give it with --input-shape NAME 1x3x224x224, or input_shape in the yaml",
-         "model_type": "export the model to ONNX, set onnx_model and use --model-type onnx"}
+HINTS = {"input_shape": "give it with --input-shape NAME 1x3x224x224 (NAME: the input named above), "
+                        "or input_shape in the yaml"}
 
 
 #: The subcommand being run, for the seed's "exception in command: <subcommand>" line.

@@ -29,7 +29,7 @@ def cli(bin_file, model_name, as_json):
 
 
 def main(args=None):
-    run(cli, "hb_model_info", args)
+    run(cli, "hb_model_info", args, hints={"model_name": "pick the model with -m NAME"})
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
 
 
 def main(args=None):
-    run(cli, "hb_perf", args)
+    run(cli, "hb_perf", args, hints={"model_name": "pick the model with -m NAME"})
 
 
 if __name__ == "__main__":

@@ -28,10 +28,15 @@ import click
 
 from bpuemu.common.wire import DEFAULT_PORT
 from bpuemu.board.cli.edge import run
-from bpuemu.board.cli.options import (BOOL, GRPC_PARAMS, SSH_PARAMS, board_option, refuse, ssh_login_options,
+from bpuemu.board.cli.options import (BOOL, CONNECTION_HINTS, GRPC_PARAMS, SSH_PARAMS, board_option, refuse, ssh_login_options,
                                       tls_options, token_option, typed_flags, version_option)
 
 SSH_SCHEME, GRPC_SCHEME = "ssh://", "grpc://"
+
+#: Hints in hb_verifier's own flags for library errors about a subject (bpuemu.board.cli.edge).
+HINTS = {**CONNECTION_HINTS, "model_name": "pass --model-name NAME",
+         "input_file": "pass one file per input: -i name1:f1,name2:f2 or -i f1,f2",
+         "ssh_login": "check the user (-u), the password (-p) or the key (--identity)"}
 
 
 def _models(value: str):
@@ -152,7 +157,7 @@ def cli(model, ssh_boards, grpc_boards, run_sim, input_img, digits, dump_all, us
 
 
 def main(args=None):
-    run(cli, "hb_verifier", args)
+    run(cli, "hb_verifier", args, hints=HINTS)
 
 
 if __name__ == "__main__":

@@ -202,11 +202,12 @@ class SshSession:
             ) from None
         except paramiko.PasswordRequiredException:
             raise Unauthenticated(f"identity file {identity} is encrypted; bpuemu cannot ask for its passphrase",
-                                  hint="load it into ssh-agent and omit --identity, or use an unencrypted key") from None
+                                  hint="load it into ssh-agent instead, or use an unencrypted key",
+                                  subject="ssh_identity") from None
         except paramiko.AuthenticationException as exc:
             how = "password" if o.password else ("key " + identity if identity else "the SSH agent and ~/.ssh keys")
             raise Unauthenticated(f"board {t} refused SSH authentication with {how} ({exc})",
-                                  hint="check the user (-u), the password (-p) or the key (--identity)") from None
+                                  hint="check the user, the password or the key", subject="ssh_login") from None
         except socket.timeout:
             raise BoardUnavailable(f"board {t.address} did not answer SSH within {timeout:.0f} s",
                                    hint="check the address and that the board is up") from None
@@ -286,7 +287,8 @@ class SshSession:
         last = lines[-1].strip() if lines else "no message"
         if result.exit_status in (126, 127) or "command not found" in result.stderr:
             raise NotFound(f"board {self.target} lacks hrt_model_exec: '{self.options.remote_command}' cannot be run there ({last})",
-                           hint="install the board package there (deploy/), or pass --remote-command")
+                           hint="install the board package there (deploy/), or name the command that runs it",
+                           subject="remote_command")
         error = next((line for line in lines if line.startswith("ERROR ")), None)
         if error is not None:
             hint = next((line[len("Hint: "):] for line in lines if line.startswith("Hint: ")), "")

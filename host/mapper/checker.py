@@ -81,7 +81,7 @@ def fix_inputs(model: onnx.ModelProto, input_shapes: Dict[str, Tuple[int, ...]])
         if any(v <= 0 for v in values):
             shown = "x".join(str(v) if v > 0 else "?" for v in values)
             raise CheckError(f"input '{vi.name}' has a dynamic shape {shown}",
-                             hint=f"give it with --input-shape {vi.name} 1x3x224x224")
+                             hint=f"give the shape of {vi.name} (e.g. 1x3x224x224)", subject="input_shape")
         if len(values) != 4:
             warnings.append(f"input '{vi.name}' is {len(values)}-D; the X5 toolchain supports fixed 4-D inputs only")
     for n in model.graph.node:

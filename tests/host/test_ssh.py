@@ -12,6 +12,7 @@ import os
 import shutil
 import stat
 import subprocess
+import re
 import sys
 import textwrap
 
@@ -176,6 +177,24 @@ def test_unknown_host_key_is_refused_until_accepted(sshd, models, tmp_path, capl
     assert known.read_text().strip() == sshd.known_hosts_line()
     with open_backend([models["rgb"]], ssh=options(sshd, tmp_path, known_hosts=str(known))):
         pass  # now known: no flag needed
+
+
+def test_a_recorded_host_key_is_a_warning_the_user_sees(sshd, models, tmp_path):
+    """The SSH transport's warning reaches hrt_model_exec's user through the one logging setup (seed format)."""
+    known = tmp_path / "known_hosts"
+    args = ["model_info", "--model_file", models["rgb"], *sshd.cli_args(known_hosts=str(known)), "--accept-new-host-key"]
+    result = run_cli(args, tmp_path)
+    assert_ok(result)
+    warnings = [line for line in result.stderr.splitlines() if " WARNING " in line]
+    assert len(warnings) == 1 and "Permanently added" in warnings[0] and str(known) in warnings[0], result.stderr
+    assert re.match(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} WARNING ", warnings[0])
+
+
+def test_a_refused_login_hints_in_hrt_model_exec_flags(sshd, models, tmp_path):
+    args = ["model_info", "--model_file", models["rgb"], *sshd.cli_args(identity=sshd.other_key)]
+    assert_one_error(run_cli(args, tmp_path), "refused SSH authentication")
+    assert run_cli(args, tmp_path).stderr.splitlines()[-1] == \
+        "Hint: check the user (USER@ in --ssh), the password (-p) or the key (--identity)"
 
 
 def test_changed_host_key_is_refused_even_with_accept_new(sshd, models, tmp_path):

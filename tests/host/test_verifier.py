@@ -419,6 +419,7 @@ def test_seed_line_with_user_and_password_goes_over_ssh(samples, sshd, tmp_path)
     result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "-u", "root", "-p", "not-the-password",
                           "--known-hosts", sshd.known_hosts], tmp_path)
     assert_one_error(result, "refused SSH authentication", sshd.address)
+    assert result.stderr.splitlines()[-1] == "Hint: check the user (-u), the password (-p) or the key (--identity)"
 
 
 def test_a_board_list_mixes_ssh_and_grpc_boards(samples, sshd, board, tmp_path):
