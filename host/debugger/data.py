@@ -21,6 +21,7 @@ import onnx
 from onnx import helper
 
 from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.quant.emit import CALIBRATION_OP, calibrated_to_fakequant
 from bpuemu.host.quant.graph import GraphIndex, tensor_infos
 
@@ -159,12 +160,7 @@ def load_model(model_or_file: Union[str, os.PathLike, onnx.ModelProto]) -> Calib
         model, source = model_or_file, "<ModelProto>"
     else:
         source = os.fspath(model_or_file)
-        if not os.path.isfile(source):
-            raise NotFound(f"calibrated model not found: {source}")
-        try:
-            model = onnx.load(source)
-        except Exception as exc:  # onnx raises DecodeError and others
-            raise InvalidInput(f"{source} is not a readable ONNX model: {type(exc).__name__}") from None
+        model = load_onnx(source, "calibrated model")
     if not any(n.op_type == CALIBRATION_OP for n in model.graph.node):
         raise InvalidInput(f"{os.path.basename(source)} is not a calibrated model: it has no {CALIBRATION_OP} nodes",
                            hint="give the *_calibrated_model.onnx that hb_mapper makertbin writes")

@@ -1,7 +1,7 @@
 """hb_mapper makertbin: from a typed config (or --fast-perf) to a ConvertJob, then run it."""
 import logging
 import os
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Tuple
 
 import onnx
 
@@ -141,7 +141,7 @@ def check_custom_ops(cfg) -> None:
     """
     custom = None
     if cfg.model.model_type == "onnx":  # a Caffe net's layers are checked by its converter
-        model = onnx.load(cfg.model.onnx_model, load_external_data=False)
+        model = load_onnx(cfg.model.onnx_model, "onnx_model", load_external_data=False)
         custom = next((n for n in model.graph.node if n.domain not in ("", "ai.onnx")), None)
     if custom is not None:
         raise InvalidInput(
