@@ -53,7 +53,8 @@ def error_lines(exc: BpuEmuError, hints: Optional[Mapping[str, str]] = None) -> 
     return lines
 
 
-def _print_error(lines: Sequence[str]) -> None:
+def print_error(lines: Sequence[str]) -> None:
+    """``ERROR <first line>``, then the other lines (a ``Hint:``) as they are, on stderr."""
     for i, line in enumerate(lines):
         click.echo(("ERROR " if i == 0 else "") + line, err=True)
 
@@ -78,7 +79,7 @@ def run(command: click.Command, prog: str, args=None, *, grpc_core_log: bool = F
         exc.show()
         sys.exit(exc.exit_code)
     except BpuEmuError as exc:
-        (report or _print_error)(error_lines(exc, hints))
+        (report or print_error)(error_lines(exc, hints))
         sys.exit(exc.exit_code)
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)

@@ -15,7 +15,7 @@ import logging
 import click
 
 from bpuemu.common.version import __version__
-from bpuemu.board.cli.edge import run
+from bpuemu.board.cli.edge import print_error, run
 from bpuemu.board.cli.logs import setup_logging
 from bpuemu.board.cli.options import version_option
 
@@ -39,8 +39,7 @@ def _logging(subcommand: str) -> None:
 def _report(lines) -> None:
     """A user error the seed's way: ERROR lines in the console and the log, then "exception in command"."""
     if "subcommand" not in _RUNNING:  # failed before logging was set up
-        for i, line in enumerate(lines):
-            click.echo(("ERROR " if i == 0 else "") + line, err=True)
+        print_error(lines)
         return
     for line in lines:
         log.error(line)

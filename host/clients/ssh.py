@@ -5,7 +5,7 @@
         result = be.model().infer([x])
 
 ``SshBackend`` implements the Backend/ModelHandle interface of
-bpuemu.board.backends, so ``hrt_model_exec --ssh`` and ``hb_verifier --ssh``
+bpuemu.board.backends, so ``hrt_model_exec --ssh`` and ``hb_verifier -b HOST``
 use it exactly like the local runtime or a gRPC board. It is registered as the
 ``ssh`` entry point of the ``bpuemu.transports`` group; the board looks it up
 there and never imports this module (or paramiko).
