@@ -13,8 +13,9 @@
    per-pixel probability map is nearly empty.
 2. ``runall`` on the calibrated model and calibration_data, timed (its node
    sensitivity: output cosine with only that node quantized).
-3. The top --top sensitive nodes get the debugger's remedy (runall's
-   ``remedies``): int16 (``node_info`` InputType/OutputType) when their input
+3. The nodes runall advises (sensitive, and checked to raise the quantized
+   model's output cosine when kept float: ``advised_nodes``), at most --top,
+   get the debugger's remedy (runall's ``remedies``): int16 (``node_info`` InputType/OutputType) when their input
    activations cost the accuracy, the CPU (``'ON': 'CPU'``) for tail nodes and
    for nodes whose *weights* cost it (X5 int16 keeps weights int8). Convert
    again; also with all of them int16 (is int16 enough?).
@@ -183,7 +184,7 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
     logging.basicConfig(level=logging.ERROR)
     from bpuemu.host.debugger import load_model, runall
-    from bpuemu.host.debugger.runall import ranked_nodes, remedies, tail_nodes
+    from bpuemu.host.debugger.runall import advised_nodes, ranked_nodes, remedies, tail_nodes
 
     log = lambda s: print(s, flush=True)  # noqa: E731
     t_all = time.time()
@@ -217,7 +218,9 @@ def main(argv=None) -> int:
     for a in res.advice:
         log(f"  advice: {a}")
     tails = tail_nodes(cm)
-    top = list(ranking)[: args.top]
+    top = advised_nodes(res, args.top)
+    log(f"calibrated model output cosine {res.quantized_cosine:.5f}; kept float one at a time: " +
+        ", ".join(f"{n} {c:.5f}" for n, c in list(res.float_one.items())[:8]))
     choice = remedies(cm, res.sensitivity, top)
     log("top sensitive nodes: " + ", ".join(f"{n} ({ranking[n]:.5f}, {choice[n]}"
                                             f"{', tail' if n in tails else ''})" for n in top))
@@ -237,7 +240,7 @@ def main(argv=None) -> int:
     rng = random.Random(0)
     pool = [n for n in cm.of_kind("node") if cm.by_name[n].op_type != "HzPreprocess"]
     for d in range(args.random_draws):
-        pick = rng.sample(pool, len(top))
+        pick = rng.sample(pool, len(top) or args.top)
         rinfo = node_info_for({n: "cpu" if n in tails else "int16" for n in pick})
         art_r, _, lines_r = convert_case(write_yaml(case, work, f"random{d}", cal_dir, rinfo))
         variants.append((f"random {len(top)} #{d + 1}", pick, art_r, rinfo))

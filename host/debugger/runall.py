@@ -26,12 +26,14 @@ from typing import Dict, List, Optional, Sequence
 from bpuemu.common.compare import METRICS
 from bpuemu.host.debugger import acc_error, analysis, distribution
 from bpuemu.host.debugger.data import CalibratedModel, load_data, load_model
-from bpuemu.host.debugger.engine import Evaluator, resolve_metrics
+from bpuemu.host.debugger.engine import Evaluator, all_but, resolve_metrics
 from bpuemu.host.debugger.sensitivity import candidates_for, output_tensors, rank, sensitivity_table
 from bpuemu.host.quant.joins import JoinFinding, check_joins
 
 TOP = 5
 MAX_ANALYSED = 10
+#: Sensitive nodes whose "kept float" effect runall checks (one run of the samples each).
+MAX_CHECKED = 20
 ACTIVE_OPS = frozenset({"Conv", "ConvTranspose", "Gemm", "MatMul"})
 DEFAULT_DIR = "./debug_result"
 
@@ -45,6 +47,9 @@ class RunallResult:
     acc_error: Dict[str, Dict[str, float]] = field(default_factory=dict)
     analysis: Dict[str, Dict[str, float]] = field(default_factory=dict)
     joins: List[JoinFinding] = field(default_factory=list)
+    #: node -> output cosine of the calibrated model with that node kept float (its inputs and model output)
+    float_one: Dict[str, float] = field(default_factory=dict)
+    quantized_cosine: float = 0.0
     advice: List[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -86,6 +91,21 @@ def ranked_nodes(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str,
         node = producers[c.input]
         out[node] = min(out.get(node, 1.0), v[cos])
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
+
+
+def keep_float_gains(cm: CalibratedModel, ev: Evaluator, nodes: Sequence[str]):
+    """(cosine of the calibrated model, {node: cosine with that node kept float}), best first."""
+    cos = METRICS["cosine-similarity"]
+    base = ev.score(None, [cos])[cos.name]
+    out = {}
+    for n in nodes:
+        out[n] = ev.score(all_but(cm, cm.calibrations_of(n) + cm.output_calibrations(n)), [cos])[cos.name]
+    return base, dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+def advised_nodes(res: "RunallResult", top: int = TOP) -> List[str]:
+    """The sensitive nodes whose float version helps the quantized model, most first (at most ``top``)."""
+    return [n for n, c in res.float_one.items() if c > res.quantized_cosine][:top]
 
 
 def remedies(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str, float]]],
@@ -136,6 +156,10 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
             out.append(f.warning())
     nodes = ranked_nodes(cm, res.sensitivity)
     sensitive = [n for n, v in nodes.items() if v < pick_threshold][:TOP]
+    hurt = []
+    if res.float_one:
+        hurt = [n for n in sensitive if n in res.float_one and res.float_one[n] <= res.quantized_cosine]
+        sensitive = advised_nodes(res)
     if sensitive:
         choice = remedies(cm, res.sensitivity, sensitive)
         tails = tail_nodes(cm)
@@ -148,8 +172,13 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
             if choice[n] == "int16":
                 return "activations"
             return "tail node" if n in tails else "weights: X5 int16 keeps weights int8"
+        gain = (lambda n: f", kept float: {res.float_one[n]:.5f}") if res.float_one else (lambda n: "")
         out.append("most quantization-sensitive nodes: " + ", ".join(
-            f"{n} ({nodes[n]:.5f}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
+            f"{n} ({nodes[n]:.5f}{gain(n)}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
+    if hurt:
+        out.append("ranked sensitive but NOT worth changing (keeping them float in the quantized model does not raise "
+                   f"its output cosine {res.quantized_cosine:.5f}; their errors cancel others): " +
+                   ", ".join(f"{n} ({res.float_one[n]:.5f})" for n in hurt))
     ends = {k: list(v.values())[-1] for k, v in res.acc_error.items() if v}
     if "weight" in ends and "activation" in ends:
         worse = "activation" if ends["activation"] < ends["weight"] else "weight"
@@ -287,6 +316,18 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
         float_ev = ev if output_node is None else Evaluator(cm, samples)
         res.analysis = analysis.analyse(cm, samples, picked, save_dir, float_ev, with_outputs=True)
         res.figures["sensitivity analysis"] = os.path.join(save_dir, analysis.FILE)
+
+    # The advice's own check: does keeping each sensitive node float, with everything else
+    # quantized, actually help? Errors of different nodes can cancel, so "only this node
+    # quantized" (the ranking) and "all but this node quantized" (what a remedy does) disagree.
+    if output_node is None:
+        res.quantized_cosine, res.float_one = keep_float_gains(
+            cm, ev, [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < pick_threshold][:MAX_CHECKED])
+        if res.float_one:
+            text = "\n".join(f"{n:<40}{c:.5f}  ({c - res.quantized_cosine:+.5f})" for n, c in res.float_one.items())
+            title = f"output cosine with one node kept float (calibrated model: {res.quantized_cosine:.5f})"
+            res.tables[title] = text
+            _write(os.path.join(save_dir, "keep_float.txt"), title + "\n" + text + "\n")
 
     # Step 7: outputs one cosine hides.
     res.joins = check_joins(cm.fakequant(()), cm.fakequant(None), samples)
