@@ -75,6 +75,8 @@ from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 from bpuemu.host.clients.ssh_options import SshOptions
 
 log = logging.getLogger(__name__)
+#: Where paramiko's own transport log goes (instead of "paramiko.transport"); silent unless configured.
+PARAMIKO_LOG = __name__ + ".paramiko"
 
 DEFAULT_SSH_PORT = 22
 DEFAULT_USER = "root"
@@ -151,6 +153,22 @@ class CommandResult:
     stderr: str
 
 
+#: Run on the board by make_work_dir: sweep dead sessions' work dirs, then make this one's.
+#: ``/proc/PID/stat`` field 22 (start time) tells a live owner from a reused PID.
+_WORK_DIR_SCRIPT = r"""
+starttime() {{ sed 's/.*) //' "/proc/$1/stat" 2>/dev/null | cut -d' ' -f20; }}
+if [ -r /proc/$$/stat ]; then
+  for d in {tmp}/bpuemu-ssh-*; do
+    [ -f "$d/.owner" ] || continue
+    read -r pid start < "$d/.owner" || continue
+    [ -z "$start" ] || [ "$(starttime "$pid")" = "$start" ] && continue
+    rm -rf -- "$d" 2>/dev/null && echo "$d"
+  done
+fi
+mkdir -m 700 -- {new} && echo "$PPID $(starttime $PPID)" > {new}/.owner
+"""
+
+
 class SshSession:
     """One SSH connection to a board: commands with deadlines, SFTP, a work dir."""
 
@@ -159,6 +177,12 @@ class SshSession:
         self.target = parse_target(options.target, options.user)
         self.known_hosts = os.path.expanduser(options.known_hosts or "~/.ssh/known_hosts")
         self.client = paramiko.SSHClient()
+        self.client.set_log_channel(PARAMIKO_LOG)
+        quiet = logging.getLogger(PARAMIKO_LOG)
+        if quiet.level == logging.NOTSET:
+            # paramiko logs each failure ("Socket exception: ...") that guard() already
+            # turns into the one error line; configure this logger to see them.
+            quiet.setLevel(logging.CRITICAL)
         self.transport: Optional[paramiko.Transport] = None
         self.sftp: Optional[paramiko.SFTPClient] = None
         self.work_dir = ""
@@ -300,10 +324,27 @@ class SshSession:
 
     # -- files ---------------------------------------------------------------
     def make_work_dir(self) -> str:
+        """Make this session's work dir, after removing those of earlier sessions that ended abruptly.
+
+        Each work dir holds ``.owner``: the PID and start time of the sshd process that
+        serves its session (the shell's parent), which exists exactly as long as that
+        SSH connection. A dir whose owner is gone was left by a session that was cut
+        (network drop, host killed, board's sshd restarted): it is removed here, and
+        the removal is logged as a warning. Dirs of live sessions, and dirs without an
+        owner file, are left alone; without /proc on the board nothing is removed.
+        """
         path = posixpath.join(self.options.remote_tmp, f"bpuemu-ssh-{secrets.token_hex(6)}")
-        with self.guard(f"creating {path}"):
-            self.sftp.mkdir(path, mode=0o700)
+        script = _WORK_DIR_SCRIPT.format(tmp=shlex.quote(self.options.remote_tmp), new=shlex.quote(path))
+        result = self.exec(script, f"creating {path}", self.options.connect_timeout_s)
+        if result.exit_status != 0:
+            reason = (result.stderr.strip().splitlines() or ["no message"])[-1]
+            raise BoardUnavailable(f"board {self.target}: cannot create the work dir {path}: {reason}",
+                                   hint="check that the board's remote tmp dir exists and is writable")
         self.work_dir = path
+        removed = [line for line in result.stdout.splitlines() if line.startswith(self.options.remote_tmp)]
+        if removed:
+            log.warning("board %s: removed %d work dir(s) left by earlier sessions that ended abruptly: %s",
+                        self.target, len(removed), ", ".join(removed))
         return path
 
     def put(self, remote: str, data: bytes, what: str) -> None:

@@ -115,6 +115,7 @@ class FaultProxy:
         self.links: List[_Link] = []
         self.accepted = 0
         self._listeners: List[socket.socket] = []
+        self._acceptors: List[threading.Thread] = []
         self._lock = threading.Lock()
         self._stopping = threading.Event()
 
@@ -126,7 +127,9 @@ class FaultProxy:
             s.listen(16)
             s.settimeout(0.2)
             self._listeners.append(s)
-            threading.Thread(target=self._accept, args=(s, upstream), daemon=True, name="fault-proxy-accept").start()
+            t = threading.Thread(target=self._accept, args=(s, upstream), daemon=True, name="fault-proxy-accept")
+            t.start()
+            self._acceptors.append(t)
         return self
 
     def _accept(self, listener: socket.socket, upstream: Tuple[str, int]) -> None:
@@ -170,8 +173,10 @@ class FaultProxy:
     def stop(self) -> None:
         self._stopping.set()
         self.stalled.clear()
+        for t in self._acceptors:  # each sees _stopping within its accept timeout
+            t.join(timeout=5)
         for s in self._listeners:
-            s.close()
+            s.close()  # only now: a socket closed under a blocked accept() stays bound until it returns
         self.reset_all()
 
     def __enter__(self) -> "FaultProxy":

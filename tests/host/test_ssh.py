@@ -95,7 +95,7 @@ def test_infer_matches_the_local_runtime_bit_for_bit(sshd, models, tmp_path):
         assert stat.S_IMODE(os.stat(work).st_mode) == 0o700
         got = {name: board.model(name).infer([inputs[name]], dump_intermediate=True) for name in expected}
         # Each call's inputs and dumps are gone; the uploaded models stay until close.
-        assert sorted(os.listdir(work)) == sorted(f"{i}_{os.path.basename(f)}" for i, f in enumerate(files))
+        assert sorted(f for f in os.listdir(work) if f != ".owner") == sorted(f"{i}_{os.path.basename(f)}" for i, f in enumerate(files))
         report = board.model("sample_32x32_featuremap").perf(PerfConfig(frame_count=5), [inputs["sample_32x32_featuremap"]],
                                                              progress=lambda done, total, t: seen.append((done, total)))
         assert board.platform.arch and board.platform.onnxruntime_version != "unknown"
@@ -123,7 +123,7 @@ def test_hrt_model_exec_infer_over_ssh_is_identical_to_local(sshd, models, tmp_p
         result = run_cli(["infer", "--model_file", model, "--enable_dump", "true", "--dump_format", "txt",
                           "--dump_intermediate", "1", *extra], cwd)
         assert_ok(result)
-        assert work_dirs() == before, "a work dir was left on the board"
+        assert not work_dirs() - before, "a work dir was left on the board"
         outs[where] = result
     def strip(where):  # latency differs run to run, and each run dumps into its own cwd
         text = outs[where].stdout.replace(str(tmp_path / where), "CWD")
@@ -238,7 +238,7 @@ def test_board_without_hrt_model_exec(sshd, models, tmp_path):
     before = work_dirs()
     assert_one_error(run_cli(args, tmp_path), "lacks hrt_model_exec", "hrt_model_exec_is_not_installed_here",
                      ignore=RANDOM_NOTE)
-    assert work_dirs() == before  # cleaned up after the failure too
+    assert not work_dirs() - before  # cleaned up after the failure too (earlier dead sessions' may go too)
 
 
 def test_board_dying_mid_run(sshd, models, tmp_path):
@@ -256,7 +256,7 @@ def test_board_dying_mid_run(sshd, models, tmp_path):
     before = work_dirs()
     assert_one_error(run_cli(args, tmp_path), "lost during infer", ignore=RANDOM_NOTE)
     for leftover in work_dirs() - before:  # a dead board cannot clean up; we can, it is loopback
-        shutil.rmtree(os.path.join("/tmp", leftover))
+        shutil.rmtree(os.path.join("/tmp", leftover), ignore_errors=True)  # (or the next session removes it)
     assert sshd.proc.poll() is None, "only the session died, not sshd"
 
 

@@ -1,0 +1,172 @@
+"""The SSH board with its connection cut mid-SFTP, against a real OpenSSH sshd on loopback.
+
+The connection is cut three ways: the network resets it (tests/board/fault_proxy.py
+between hrt_model_exec and sshd) during the model upload, or during the download
+of the results, or the board's sshd process serving the session is SIGKILLed
+during the upload. Each time the client prints one ERROR line naming the board
+and what was cut, exits non-zero, and writes nothing on the host; the work dir
+it could not remove is removed by the next session (which says so in a warning
+line), and that session's results are right.
+"""
+import os
+import signal
+import stat
+import time
+
+import pytest
+
+from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable, work_dirs
+from fault_proxy import FaultProxy  # noqa: E402 (tests/board is on sys.path through sshd_harness)
+
+pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
+
+#: stderr lines of hrt_model_exec --ssh that are not its error: the random-input note, and the
+#: warning about earlier sessions' work dirs removed (left by an earlier failed run of these tests).
+RANDOM_NOTE = r"^no --input_file given|.*removed \d+ work dir\(s\) left by earlier sessions"
+
+
+@pytest.fixture(scope="module")
+def sshd(tmp_path_factory):
+    server = Sshd(tmp_path_factory.mktemp("sshd_faults")).start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory) -> str:
+    from bpuemu.host.samples import sample_bin
+
+    path = str(tmp_path_factory.mktemp("ssh_fault_models") / "fault.bin")
+    sample_bin(path, input_type_rt="rgb", height=32, width=32)
+    return path
+
+
+@pytest.fixture
+def proxy(sshd, tmp_path):
+    """A FaultProxy in front of sshd, and a known_hosts file that trusts the board at the proxy's address."""
+    p = FaultProxy({sshd.port: ("127.0.0.1", sshd.port)}).start()
+    known_hosts = tmp_path / "known_hosts"
+    key_type, key_b64 = sshd.host_pub.split()[:2]
+    known_hosts.write_text(f"[{p.host}]:{sshd.port} {key_type} {key_b64}\n")
+    p.known_hosts = str(known_hosts)
+    p.target = f"root@{p.host}:{sshd.port}"
+    try:
+        yield p
+    finally:
+        p.stop()
+
+
+def _ssh_args(sshd, proxy) -> list:
+    return ["--ssh", proxy.target, "--identity", sshd.user_key, "--known-hosts", proxy.known_hosts,
+            "--remote-command", REMOTE_COMMAND]
+
+
+def _cli(args, cwd):
+    import subprocess
+    import sys
+
+    script = os.path.join(os.path.dirname(sys.executable), "hrt_model_exec")
+    command = [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "bpuemu.board.cli.hrt_model_exec"]
+    return subprocess.Popen([*command, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True)
+
+
+def _wait_for(predicate, timeout: float = 30.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(0.01)
+    raise AssertionError("timed out waiting for the fault's moment")
+
+
+def _result(proc):
+    from sshd_harness import CliResult
+
+    try:
+        out, err = proc.communicate(timeout=60)
+    except Exception:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"hrt_model_exec did not end within 60 s of the fault:\n{out}\n{err}")
+    return CliResult(proc.returncode, out, err)
+
+
+def _new_work_dir(before: set) -> str:
+    """The path of the work dir this session made (it holds its .owner file)."""
+    new = [d for d in work_dirs() - before if os.path.exists(os.path.join("/tmp", d, ".owner"))]
+    return os.path.join("/tmp", new[0]) if len(new) == 1 else ""
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+
+
+def _next_session_cleans_up(sshd, model, left: str, tmp_path) -> None:
+    """The next session (straight to sshd) removes the dead session's work dir, says so, and works."""
+    with open(os.path.join(left, ".owner")) as f:
+        owner = int(f.read().split()[0])
+    _wait_for(lambda: not _pid_alive(owner), timeout=20)  # sshd notices the cut and ends that session
+    cwd = tmp_path / "next_run"
+    cwd.mkdir()
+    result = run_cli(["infer", "--model_file", model, "--enable_dump", "true", *sshd.cli_args()], cwd)
+    assert_ok(result)
+    assert not os.path.exists(left), f"{left} was not removed by the next session"
+    warning = [line for line in result.stderr.splitlines() if "removed" in line and "ended abruptly" in line]
+    assert warning and left in warning[0], result.stderr
+    assert any(f.endswith(".bin") for f in os.listdir(cwd))
+
+
+@pytest.mark.parametrize("cut", ["network_reset", "sshd_killed"])
+def test_connection_cut_mid_model_upload(sshd, proxy, model, tmp_path, cut):
+    proxy.up_rate = 3000  # the 10 KB model takes seconds to upload: the cut lands mid-SFTP
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    before = work_dirs()
+    cli = _cli(["infer", "--model_file", model, "--enable_dump", "true", *_ssh_args(sshd, proxy)], cwd)
+    left = _wait_for(lambda: _new_work_dir(before))
+    uploading = os.path.join(left, "0_fault.bin")
+    _wait_for(lambda: os.path.exists(uploading) and 0 < os.path.getsize(uploading))
+    if cut == "network_reset":
+        proxy.reset_all()
+    else:
+        with open(os.path.join(left, ".owner")) as f:
+            os.kill(int(f.read().split()[0]), signal.SIGKILL)  # the board's sshd process of this session
+    line = assert_one_error(_result(cli), proxy.target, "lost during upload of fault.bin", ignore=RANDOM_NOTE)
+    assert line.count("ERROR") == 1
+    assert os.listdir(cwd) == []  # nothing half-copied on the host
+    assert os.path.exists(left)  # the host could not remove it: the board kept it ...
+    _next_session_cleans_up(sshd, model, left, tmp_path)  # ... until the next session
+    assert sshd.proc.poll() is None
+
+
+def test_connection_reset_while_downloading_results(sshd, proxy, model, tmp_path):
+    # The board-side command says when it is done; from then on the host only downloads (SFTP).
+    marker = tmp_path / "command_done"
+    wrapper = tmp_path / "board_command.sh"
+    wrapper.write_text(f'#!/bin/sh\n{REMOTE_COMMAND} "$@"\nrc=$?\ntouch {marker}\nexit $rc\n')
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    proxy.down_rate = 4000  # the many intermediate dumps take seconds to come back
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    before = work_dirs()
+    args = ["infer", "--model_file", model, "--enable_dump", "true", "--dump_intermediate", "1",
+            *_ssh_args(sshd, proxy)]
+    args[args.index(REMOTE_COMMAND)] = str(wrapper)
+    cli = _cli(args, cwd)
+    left = _wait_for(lambda: _new_work_dir(before))
+    _wait_for(marker.exists, timeout=60)
+    time.sleep(0.3)  # the exit status is through; the downloads have begun
+    proxy.reset_all()
+    line = assert_one_error(_result(cli), proxy.target, "lost during", ignore=RANDOM_NOTE)
+    assert "download" in line or "listing the dumps" in line, line
+    assert os.listdir(cwd) == []  # no dump written from a half-read result
+    assert os.path.exists(left)
+    _next_session_cleans_up(sshd, model, left, tmp_path)
