@@ -42,6 +42,8 @@ def split_target(target: str, default_port: int = DEFAULT_PORT) -> tuple:
         raise ValueError(f"'{target}' names no host")
     if port and not port.isdigit():
         raise ValueError(f"'{target}': port '{port}' is not a number")
+    if port and int(port) > 65535:
+        raise ValueError(f"'{target}': port {port} is out of range (0-65535)")
     return host, int(port) if port else default_port
 
 

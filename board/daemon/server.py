@@ -62,8 +62,12 @@ class BoardServer:
     ):
         try:
             host, port = split_target(listen)
+            socket.getaddrinfo(host, port)
         except ValueError as exc:
             raise InvalidInput(f"--listen {listen}: {exc}") from None
+        except OSError:
+            raise InvalidInput(f"--listen {listen}: cannot resolve host '{host}'",
+                               hint="use HOST:PORT, e.g. 127.0.0.1:9473") from None
         if not is_loopback(host) and not token:
             raise PermissionDenied(
                 f"refusing to listen on {host}, beyond loopback, without authentication",

@@ -22,10 +22,10 @@ from test_bpu_ops_fast_perf import pow_argmax_model
 SIZE = 32
 
 
-def run(command, *args, cwd):
+def run(command, *args, cwd, timeout=300):
     """A console script of this environment, as a user types it: (exit code, stdout + stderr)."""
     exe = os.path.join(os.path.dirname(sys.executable), command)
-    proc = subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=300,
+    proc = subprocess.run([exe, *map(str, args)], cwd=cwd, capture_output=True, text=True, timeout=timeout,
                           stdin=subprocess.DEVNULL)
     return proc.returncode, proc.stdout + proc.stderr
 
@@ -130,3 +130,18 @@ def test_hb_verifier_reports_an_agreement_rate_for_argmax_indices(argmax_project
     assert code == 0, text
     block = text.split("Comparison results of original output is idx")[1]
     assert "agreement rate: 1.000000" in block and "cosine similarity" not in block.split("Strict check")[0], block
+
+
+@pytest.mark.parametrize("listen,words", [
+    ("127.0.0.1:99999", ("port 99999 is out of range",)),   # was: served on a random free port
+    ("nonsense:9473", ("cannot resolve host 'nonsense'",)),   # was: "refusing to listen beyond loopback"
+])
+def test_hrt_boardd_refuses_a_bad_listen_address(tmp_path, listen, words):
+    code, text = run("hrt_boardd", "--listen", listen, "--model-dir", "models", cwd=tmp_path, timeout=60)
+    assert_one_clear_error(code, text, *words)
+
+
+def test_hrt_model_exec_refuses_a_board_port_out_of_range(project):
+    code, text = run("hrt_model_exec", "model_info", "--model_file", project["bin"], "--board", "127.0.0.1:70000",
+                     cwd=project["dir"])
+    assert_one_clear_error(code, text, "port 70000 is out of range")
