@@ -123,6 +123,8 @@ class _FrameScheduler:
         self.next = 0
         self.error: Optional[BaseException] = None
         self.stop = False
+        self.running = config.thread_num
+        self.finished = threading.Event()  # set by the last worker to leave
 
     def claim(self) -> bool:
         """The next frame number, if there is one to run."""
@@ -152,6 +154,11 @@ class _FrameScheduler:
             with self.lock:
                 if self.error is None:
                     self.error = exc
+        finally:
+            with self.lock:
+                self.running -= 1
+                if self.running == 0:
+                    self.finished.set()
 
     def run(self, progress: Optional[ProgressFn], cancelled: Optional[Callable[[], bool]], interval_s: float) -> float:
         """Run every frame; returns the run time in ms. Re-raises a worker's error; Cancelled when asked to stop."""
@@ -159,15 +166,23 @@ class _FrameScheduler:
         start = time.perf_counter_ns()
         for t in threads:
             t.start()
-        while any(t.is_alive() for t in threads):
-            threads[0].join(interval_s) if threads[0].is_alive() else time.sleep(0.01)
-            if cancelled is not None and cancelled():
-                with self.lock:
-                    self.stop = True
-            if progress is not None:
-                with self.lock:
-                    done = len(self.latencies)
-                progress(done, self.total, (time.perf_counter_ns() - start) / 1e9)
+        try:
+            while not self.finished.wait(interval_s):
+                if cancelled is not None and cancelled():
+                    with self.lock:
+                        self.stop = True
+                if progress is not None:
+                    with self.lock:
+                        done = len(self.latencies)
+                    progress(done, self.total, (time.perf_counter_ns() - start) / 1e9)
+        except BaseException:
+            # Ctrl-C: every worker finishes its frame before the process exits (one exiting while
+            # onnxruntime runs in a worker aborts: "terminate called ..."). An Event, not join():
+            # a join interrupted by Ctrl-C may report a running thread as finished.
+            with self.lock:
+                self.stop = True
+            self.finished.wait()
+            raise
         run_time_ms = (time.perf_counter_ns() - start) / 1e6
         if self.error is not None:
             raise self.error

@@ -172,6 +172,17 @@ def test_cancelled_callback_stops_the_job(loaded, frame):
     assert not [t for t in threading.enumerate() if t.name.startswith("perf-")]
 
 
+def test_ctrl_c_lets_every_worker_finish_its_frame_first(loaded, frame):
+    """Ctrl-C while perf runs: no worker may still be inside onnxruntime when the process exits
+    (hrt_model_exec perf then aborted with "terminate called without an active exception")."""
+    def ctrl_c(done, total, elapsed):
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        run_perf(loaded, frame, PerfConfig(frame_count=20000, thread_num=2), progress=ctrl_c, progress_interval_s=0.01)
+    assert not [t for t in threading.enumerate() if t.name.startswith("perf-")]
+
+
 def test_progress_is_reported(loaded, frame):
     seen = []
     run_perf(loaded, frame, PerfConfig(frame_count=40), progress=lambda d, t, s: seen.append((d, t, s)),

@@ -145,3 +145,18 @@ def test_hrt_model_exec_refuses_a_board_port_out_of_range(project):
     code, text = run("hrt_model_exec", "model_info", "--model_file", project["bin"], "--board", "127.0.0.1:70000",
                      cwd=project["dir"])
     assert_one_clear_error(code, text, "port 70000 is out of range")
+
+
+def test_ctrl_c_stops_hrt_model_exec_perf_cleanly(project):
+    """Ctrl-C during an in-process perf: "Aborted." and exit 130, not a C++ abort (SIGABRT)."""
+    import signal
+    import time
+
+    exe = os.path.join(os.path.dirname(sys.executable), "hrt_model_exec")
+    proc = subprocess.Popen([exe, "perf", "--model_file", str(project["bin"]), "--frame_count", "1000000",
+                             "--thread_num", "2"], cwd=project["dir"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
+    time.sleep(3)  # loaded and running frames
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=120)
+    assert proc.returncode == 130 and "terminate called" not in out, (proc.returncode, out)
