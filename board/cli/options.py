@@ -115,7 +115,7 @@ def model_options(f):
 
 # --- where it runs -------------------------------------------------------------------
 
-BOARD_HELP = ("the hrt_boardd at HOST:PORT; several boards comma separated (a:p,b:p), or @FILE "
+BOARD_HELP = ("the hrt_boardd at HOST:PORT (or grpc://HOST:PORT); several boards comma separated (a:p,b:p), or @FILE "
               "listing one per line")
 
 
