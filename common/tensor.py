@@ -119,6 +119,10 @@ def make_properties(
 
 # --- wire format ---------------------------------------------------------
 
+#: The dtype names a wire tensor may carry: numbers only (no objects, strings, records).
+WIRE_DTYPES = {d.name: d for d in map(np.dtype, ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
+                                                 "int64", "uint64", "float16", "float32", "float64"))}
+
 def to_wire(name: str, array: np.ndarray) -> board_pb2.Tensor:
     # asarray, not ascontiguousarray: that one turns a 0-d array into shape (1,).
     # tobytes() writes C order whatever the strides.
@@ -128,12 +132,12 @@ def to_wire(name: str, array: np.ndarray) -> board_pb2.Tensor:
 
 def from_wire(t: board_pb2.Tensor) -> np.ndarray:
     """The numpy view of a wire tensor (no copy; read-only)."""
-    try:
-        dtype = np.dtype(t.dtype)
-    except TypeError:
-        raise InvalidInput(f"tensor '{t.name[:80]}': unknown dtype '{t.dtype[:80]}'") from None
-    if dtype.kind not in "biuf" or dtype.itemsize == 0:  # no objects, strings, records: numbers only
-        raise InvalidInput(f"tensor '{t.name[:80]}': dtype '{t.dtype[:80]}' is not a numeric type")
+    # A name from the closed list, never np.dtype(<wire text>): numpy parses
+    # arbitrary strings as record formats and raises whatever its parser raises.
+    dtype = WIRE_DTYPES.get(t.dtype)
+    if dtype is None:
+        raise InvalidInput(f"tensor '{t.name[:80]}': unknown dtype '{t.dtype[:80]}' "
+                           f"(a wire tensor is one of {', '.join(sorted(WIRE_DTYPES))})")
     if any(d < 0 for d in t.shape):
         raise InvalidInput(f"tensor '{t.name[:80]}': negative dimension in shape {list(t.shape)}")
     count = 1
