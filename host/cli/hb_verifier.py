@@ -36,7 +36,9 @@ SSH_SCHEME, GRPC_SCHEME = "ssh://", "grpc://"
 #: Hints in hb_verifier's own flags for library errors about a subject (bpuemu.board.cli.edge).
 HINTS = {**CONNECTION_HINTS, "model_name": "pass --model-name NAME",
          "input_file": "pass one file per input: -i name1:f1,name2:f2 or -i f1,f2",
-         "ssh_login": "check the user (-u), the password (-p) or the key (--identity)"}
+         "ssh_login": "check the user (-u), the password (-p) or the key (--identity)",
+         "sides": "run two of quanti.onnx (-m quanti.onnx,model.bin), the simulator (-s True) and a board (-b BOARD_IP); "
+                  "e.g. hb_verifier -m quanti.onnx,model.bin -s True -b BOARD"}
 
 
 def _models(value: str):

@@ -204,8 +204,8 @@ def verify(options: VerifyOptions, echo: Optional[Echo] = None,
         raise InvalidInput(f"--lsb must be 0 or more, got {options.lsb}")
     n_sides = bool(options.quanti_model) + bool(options.run_sim) + len(boards)
     if n_sides < 2:
-        raise InvalidInput("nothing to compare: hb_verifier needs two of quanti.onnx, the simulator (-s True) and a board (-b)",
-                           hint="e.g. hb_verifier -m quanti.onnx,model.bin -s True, or add -b BOARD_IP")
+        raise InvalidInput("nothing to compare: a verification needs two of quanti.onnx, the simulator and a board",
+                           subject="sides")
 
     binfile = read_bin(options.bin_model)
     model = binfile.model(options.model_name)

@@ -49,7 +49,8 @@ def _order(items: List[Tuple[Optional[str], str]], specs: Sequence[model_pb2.Inp
     names = [s.name for s in specs]
     if len(items) != len(specs):
         raise InvalidInput(f"the model has {len(specs)} input(s) ({', '.join(names)}) but {len(items)} input file(s) were given",
-                           hint="pass one file per input: -i name1:f1,name2:f2 or -i f1,f2")
+                           hint="give one file per input, by input name or in the model's input order",
+                           subject="input_file")
     named = [n for n, _ in items if n is not None]
     if not named:
         return [p for _, p in items]
