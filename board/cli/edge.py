@@ -5,6 +5,9 @@
 * a user error (``BpuEmuError``) is one ``ERROR <message>`` line on stderr
   (and its ``Hint:`` line), exit status ``exc.exit_code`` (1), no traceback;
 * a bad command line (click's ``UsageError``) is click's message, exit 2;
+* a file the system refuses (an ``OSError`` naming a path: a missing or
+  unwritable output folder, a full disk) is one ``ERROR cannot use PATH: why``
+  line, exit 1: the user's file system, not a bug;
 * a bug (any other exception) is one ``ERROR internal error: ...`` line,
   exit 70 (EX_SOFTWARE); ``BPUEMU_DEBUG=1`` prints the traceback;
 * Ctrl-C is "Interrupted.", exit 130.
@@ -84,11 +87,23 @@ def run(command: click.Command, prog: str, args=None, *, grpc_core_log: bool = F
     except KeyboardInterrupt:
         click.echo("Interrupted.", err=True)
         sys.exit(EXIT_INTERRUPTED)
-    except Exception as exc:  # a bug: still one line unless asked for more
+    except OSError as exc:
+        if exc.filename is None:
+            _bug(exc)
         if debug_enabled():
             traceback.print_exc()
-        click.echo(f"ERROR internal error: {type(exc).__name__}: {exc} (set BPUEMU_DEBUG=1 for the traceback)", err=True)
-        sys.exit(EXIT_BUG)
+        (report or print_error)([f"cannot use {exc.filename}: {exc.strerror or exc}"])
+        sys.exit(1)
+    except Exception as exc:  # a bug: still one line unless asked for more
+        _bug(exc)
     sys.exit(0)
+
+
+def _bug(exc: BaseException) -> None:
+    """A bug: one line (the traceback with BPUEMU_DEBUG=1), exit 70."""
+    if debug_enabled():
+        traceback.print_exc()
+    click.echo(f"ERROR internal error: {type(exc).__name__}: {exc} (set BPUEMU_DEBUG=1 for the traceback)", err=True)
+    sys.exit(EXIT_BUG)
 
 

@@ -32,6 +32,10 @@ PROBE = textwrap.dedent('''
             raise InvalidInput("the input is wrong", subject="input_file")
         if what == "bug":
             {}["missing"]
+        if what == "oserror":
+            open("/proc/no-such-dir/out.bin", "wb")
+        if what == "oserror-no-path":
+            raise OSError("a socket went away")
 
     run(cli, "probe", hints={"input_file": "pass --probe_input FILE"})
 ''')
@@ -57,6 +61,13 @@ def test_a_bug_has_its_own_exit_code_and_its_traceback_only_on_request():
     assert "Traceback" not in p.stderr
     debug = probe("bug", BPUEMU_DEBUG="1")
     assert debug.returncode == 70 and "Traceback (most recent call last)" in debug.stderr
+
+
+def test_a_file_the_system_refuses_is_a_user_error_naming_it():
+    p = probe("oserror")
+    assert p.returncode == 1 and "Traceback" not in p.stderr
+    assert p.stderr.splitlines()[-1] == "ERROR cannot use /proc/no-such-dir/out.bin: No such file or directory"
+    assert probe("oserror-no-path").returncode == 70   # an OSError naming no file is still a bug
 
 
 def test_a_bad_command_line_is_a_usage_error():

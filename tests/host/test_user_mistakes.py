@@ -160,3 +160,22 @@ def test_ctrl_c_stops_hrt_model_exec_perf_cleanly(project):
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=120)
     assert proc.returncode == 130 and "terminate called" not in out, (proc.returncode, out)
+
+
+@pytest.mark.parametrize("command", [
+    ["hrt_model_exec", "perf", "--model_file", "{bin}", "--frame_count", "2", "--profile_path", "{bad}"],
+    ["hrt_model_exec", "infer", "--model_file", "{bin}", "--enable_dump", "true", "--dump_path", "{bad}"],
+])
+def test_an_output_folder_that_cannot_be_made_is_one_line(project, command):
+    bad = "/proc/bpuemu-no-such-dir"   # cannot be created, even by root
+    args = [a.format(bin=project["bin"], bad=bad) for a in command]
+    code, text = run(*args, cwd=project["dir"])
+    assert_one_clear_error(code, text, f"cannot use {bad}")
+
+
+def test_makertbin_with_a_working_dir_that_cannot_be_made_is_one_line(project, tmp_path):
+    text = open(project["config"]).read().replace(str(project["dir"] / "model_output"), "/proc/bpuemu-no-such-dir")
+    config = tmp_path / "config.yaml"
+    config.write_text(text)
+    code, out = run("hb_mapper", "makertbin", "--config", config, "--model-type", "onnx", cwd=tmp_path)
+    assert_one_clear_error(code, out, "/proc/bpuemu-no-such-dir")
