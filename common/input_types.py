@@ -151,6 +151,23 @@ CONVERTERS: Dict[str, Callable[[np.ndarray, model_pb2.InputSpec], np.ndarray]] =
 }
 
 
+#: input_type_rt whose Preprocess can be compiled into the first BPU subgraph (a transpose and
+#: the -128 shift folded into its DequantizeLinear zero point); nv12's chroma upsampling stays here.
+FUSABLE_RT_TYPES = ("yuv444", "rgb", "bgr", "gray")
+
+
+def checked_rt_input(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
+    """``data`` checked as the input_type_rt data of ``spec`` (uint8, validShape), as a view: no copy."""
+    return _check(data, spec, "uint8").reshape(rt_shape(spec))
+
+
+def preprocess_output_type(spec: model_pb2.InputSpec, fused: bool) -> tuple:
+    """(dtype, shape) of what a Preprocess step writes: the model input, or the rt data when fused."""
+    if fused:
+        return np.dtype("uint8"), tuple(rt_shape(spec))
+    return np.dtype(spec.model_dtype or "float32"), tuple(spec.model_shape)
+
+
 def to_model_input(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
     """Convert one input from input_type_rt form to the quantized model's input."""
     try:

@@ -7,7 +7,7 @@ API_VERSION = 1
 
 #: `.bin` container format. Readers refuse a newer major; minors are additive.
 FORMAT_MAJOR = 1
-FORMAT_MINOR = 0
+FORMAT_MINOR = 1
 
 #: ``hrt_model_exec --json`` document version (bpuemu.common.exec_json). Readers
 #: refuse a newer one; fields are only ever added within a version.

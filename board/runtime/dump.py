@@ -59,15 +59,27 @@ def dump_outputs(out_dir: str, model_name: str, outputs: Dict[str, np.ndarray], 
             for i, (name, arr) in enumerate(outputs.items())}
 
 
+def dump_aliases(model: model_pb2.Model) -> Dict[str, str]:
+    """Plan tensor -> the name dumps give it.
+
+    A Preprocess compiled into its subgraph (``fused_into_subgraph``) passes the
+    input_type_rt data on as ``rt:<input>``; dumps name it after the model input
+    it stands for, and hold that model input, as when the step converted it.
+    """
+    return {s.outputs[0]: model.input_specs[s.input_index].plan_tensor for s in model.plan
+            if s.kind == model_pb2.PlanStep.PREPROCESS and s.fused_into_subgraph}
+
+
 def dump_intermediate(out_dir: str, model: model_pb2.Model, tensors: Dict[str, np.ndarray], level: int,
                       precision: int, txt_axis: int) -> Dict[str, List[str]]:
     """Level 1: .bin files; 2 and 3: .bin and .txt files. Returns tensor name -> the files written."""
     os.makedirs(out_dir, exist_ok=True)
     formats = ["bin"] if level == 1 else ["bin", "txt"]
+    aliases = dump_aliases(model)
     written: Dict[str, List[str]] = {}
     for k, step in enumerate(model.plan):
         for role, names in (("input", step.inputs), ("output", step.outputs)):
-            for j, name in enumerate(names):
+            for j, name in enumerate(aliases.get(n, n) for n in names):
                 if name not in tensors:
                     continue
                 base = os.path.join(out_dir, layer_stem(k, step, role, j, name))

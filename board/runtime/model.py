@@ -11,7 +11,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bpuemu.common.errors import InvalidInput, InvalidModelFile
-from bpuemu.common.input_types import to_model_input
+from bpuemu.common.input_types import checked_rt_input, rt_shape, to_model_input
 from bpuemu.common.numerics import Dequantizer
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.runtime.profiler import FrameTimes
@@ -86,9 +86,17 @@ class PreprocessStep(Step):
     def __init__(self, spec, input_spec: model_pb2.InputSpec):
         super().__init__(spec)
         self.input_spec = input_spec
+        self.fused = spec.fused_into_subgraph
+        self._rt_shape = tuple(rt_shape(input_spec)) if self.fused else None
 
     def run(self, tensors):
-        tensors[self.outputs[0]] = to_model_input(tensors[self.inputs[0]], self.input_spec)
+        x = tensors[self.inputs[0]]
+        if not self.fused:
+            tensors[self.outputs[0]] = to_model_input(x, self.input_spec)
+        elif type(x) is np.ndarray and x.dtype == np.uint8 and x.shape == self._rt_shape:
+            tensors[self.outputs[0]] = x  # what the subgraph reads, as it is (the common case: one check)
+        else:  # the subgraph converts; check (and reshape) what it will read, with the full messages
+            tensors[self.outputs[0]] = checked_rt_input(x, self.input_spec)
 
 
 def _build_step(spec, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int) -> Step:
@@ -126,6 +134,7 @@ class LoadedModel(ModelDescription):
         super().__init__(model)
         self.steps: List[Step] = [_build_step(s, model, blobs, intra_op_threads) for s in model.plan]
         check_plan(model, self.steps)
+        self._fused = [s for s in self.steps if isinstance(s, PreprocessStep) and s.fused]
         self._output_tensors = list(model.output_tensors) or self.output_names
 
     def _feed(self, inputs) -> Tensors:
@@ -173,6 +182,8 @@ class LoadedModel(ModelDescription):
         outputs = [tensors[n] for n in self._output_tensors]
         if keep_intermediate:
             inter = {k: v for k, v in tensors.items() if not k.startswith("rt:")}
+            for step in self._fused:  # the model input the subgraph made internally: dumps show it as before
+                inter[step.input_spec.plan_tensor] = to_model_input(tensors[step.outputs[0]], step.input_spec)
             return outputs, inter
         return outputs
 

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from bpuemu.common.errors import InvalidModelFile
-from bpuemu.common.input_types import INPUT_TYPES_RT
+from bpuemu.common.input_types import FUSABLE_RT_TYPES, INPUT_TYPES_RT, preprocess_output_type
 from bpuemu.common.proto import model_pb2
 
 Kind = model_pb2.PlanStep
@@ -129,8 +129,10 @@ def _step_types(model, step, spec, session, types: Dict[str, TensorType]) -> Lis
     if spec.kind == Kind.PREPROCESS:
         if len(spec.inputs) != 1 or len(spec.outputs) != 1:
             raise _bad(model, f"{where} must have one input and one output")
-        ispec = step.input_spec
-        return [(tuple(ispec.model_shape), np.dtype(ispec.model_dtype or "float32").name)]
+        if spec.fused_into_subgraph and step.input_spec.input_type_rt not in FUSABLE_RT_TYPES:
+            raise _bad(model, f"{where} cannot leave the {step.input_spec.input_type_rt} conversion to a subgraph")
+        dtype, shape = preprocess_output_type(step.input_spec, spec.fused_into_subgraph)
+        return [(shape, dtype.name)]
     raise _bad(model, f"{where} has unknown kind {spec.kind}")
 
 

@@ -31,6 +31,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_INPUT_TYPE, make_properties
 from bpuemu.common.input_types import rt_byte_size, rt_shape
+from bpuemu.host.compiler.fuse_preprocess import fuse_preprocess
 from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.quant.graph import name_nodes
 
@@ -265,11 +266,14 @@ def compile_model(
     build_info: Optional[model_pb2.BuildInfo] = None,
     march: str = "bayes-e",
     input_sources: Optional[Dict[str, str]] = None,
+    fuse_preprocess_steps: bool = True,
 ) -> CompiledModel:
     """Partition ``quantized`` and build the `.bin` Model entry and its blobs.
 
     ``input_sources``: input name -> ddr | pyramid | resizer (compiler_parameters.input_source,
     defaults filled in); an input it does not name gets pyramid for nv12, else ddr.
+    ``fuse_preprocess_steps``: compile image inputs' Preprocess into the subgraph that reads them
+    (``fuse_preprocess``); False keeps the separate converting step (format 1.0 plans).
     """
     g = _Graph(quantized)
     specs = list(input_specs) if input_specs is not None else featuremap_specs(quantized)
@@ -339,6 +343,8 @@ def compile_model(
         if f"{dq.name}_HzDequantize" not in planned:
             plan.append(_dequantize_step(g, dq))
 
+    if fuse_preprocess_steps:
+        fuse_preprocess(plan, blobs, specs, list(g.graph_outputs))
     model = model_pb2.Model(name=model_name, march=march, output_tensors=g.graph_outputs)
     model.input_specs.extend(specs)
     for spec in specs:

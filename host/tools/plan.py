@@ -19,6 +19,7 @@ import onnx
 from onnx import helper
 
 from bpuemu.common.errors import InvalidModelFile
+from bpuemu.common.input_types import preprocess_output_type
 from bpuemu.common.proto import model_pb2
 
 Kind = model_pb2.PlanStep
@@ -101,9 +102,8 @@ class PlanView:
     # --- tensor table ------------------------------------------------------
     def _record_outputs(self, step: model_pb2.PlanStep) -> None:
         if step.kind == Kind.PREPROCESS:
-            spec = self.model.input_specs[step.input_index]
-            self.tensors[step.outputs[0]] = TensorInfo(step.outputs[0], np.dtype(spec.model_dtype or "float32"),
-                                                       tuple(spec.model_shape))
+            dtype, shape = preprocess_output_type(self.model.input_specs[step.input_index], step.fused_into_subgraph)
+            self.tensors[step.outputs[0]] = TensorInfo(step.outputs[0], dtype, shape)
         elif step.kind in PIECE_KINDS:
             vis = piece_tensors(self.piece(step))
             for t in step.outputs:
