@@ -1,4 +1,5 @@
 """Reading --input_file: raw .bin, .npy, .txt and .jpg/.jpeg/.png, into input_type_rt form."""
+import io
 import os
 import warnings
 from typing import List, Sequence
@@ -30,6 +31,23 @@ def read_image(path: str, spec: model_pb2.InputSpec) -> np.ndarray:
     return image_to_rt(rgb, spec)
 
 
+def _read_text(path: str, dtype: np.dtype) -> np.ndarray:
+    """Numbers separated by white space. Only ASCII reaches numpy's parser: numpy 2.4's loadtxt
+    crashes the process (SIGSEGV) on some non-ASCII characters with an integer dtype (found by fuzzing)."""
+    with open(path, "rb") as f:
+        raw = f.read()
+    try:
+        text = raw.decode("ascii")
+    except UnicodeDecodeError as exc:
+        raise InvalidInput(f"{path} is not a text file of {dtype.name} numbers: non-ASCII byte at offset {exc.start}") from None
+    try:
+        with warnings.catch_warnings():  # "input contained no data": the size check says it better
+            warnings.simplefilter("ignore", UserWarning)
+            return np.loadtxt(io.StringIO(text), dtype=dtype, ndmin=1).reshape(-1)
+    except (ValueError, OverflowError) as exc:
+        raise InvalidInput(f"{path} is not a text file of {dtype.name} numbers: {str(exc)[:200]}") from None
+
+
 def read_input(path: str, spec: model_pb2.InputSpec) -> np.ndarray:
     if not os.path.isfile(path):
         raise NotFound(f"input file not found: {path}")
@@ -46,12 +64,7 @@ def read_input(path: str, spec: model_pb2.InputSpec) -> np.ndarray:
             raise InvalidInput(f"{path} is an .npz archive, not one .npy array")
         return data
     if suffix == ".txt":
-        try:
-            with warnings.catch_warnings():  # "input contained no data": the size check below says it better
-                warnings.simplefilter("ignore", UserWarning)
-                data = np.loadtxt(path, dtype=dtype, ndmin=1).reshape(-1)
-        except (ValueError, OverflowError) as exc:
-            raise InvalidInput(f"{path} is not a text file of {dtype.name} numbers: {str(exc)[:200]}") from None
+        data = _read_text(path, dtype)
     else:  # raw bytes, read as the input's dtype
         data = np.fromfile(path, dtype=np.uint8)
         if data.size % dtype.itemsize:

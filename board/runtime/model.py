@@ -16,7 +16,7 @@ from bpuemu.common.numerics import Dequantizer
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.runtime.profiler import FrameTimes
 from bpuemu.board.runtime.sessions import session_from_bytes
-from bpuemu.board.runtime.validate import check_plan
+from bpuemu.board.runtime.validate import check_input_spec, check_plan
 
 Kind = model_pb2.PlanStep
 
@@ -111,6 +111,7 @@ def _build_step(spec, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_
     if spec.kind == Kind.PREPROCESS:
         if not 0 <= spec.input_index < len(model.input_specs):
             raise InvalidModelFile(f"step '{spec.name}' names input {spec.input_index}, model has {len(model.input_specs)}")
+        check_input_spec(model, model.input_specs[spec.input_index])  # before the step reads its shape
         return PreprocessStep(spec, model.input_specs[spec.input_index])
     raise InvalidModelFile(f"step '{spec.name}' has unknown kind {spec.kind}; is the runtime older than the model?")
 

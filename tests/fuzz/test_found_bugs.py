@@ -67,3 +67,29 @@ def test_a_featuremap_shape_error_names_the_layout_not_nv12(sample_bins):
     with pytest.raises(InvalidInput) as exc:
         rt.model().run([np.zeros((1, 16, 16, 3), np.float32)])
     assert "nv12" not in str(exc.value)
+
+
+@pytest.mark.parametrize("dtype", ["01", "(2,)i4", "i4,i4", "O", "S3", "<U2", "V8", "complex64"])
+def test_a_wire_tensor_of_a_strange_dtype_is_one_user_error(dtype):
+    """numpy parsed "01" as a Python literal: SyntaxError, an INTERNAL status from the daemon."""
+    from bpuemu.common.proto import board_pb2
+    from bpuemu.common.tensor import from_wire
+
+    with pytest.raises(InvalidInput, match="unknown dtype"):
+        from_wire(board_pb2.Tensor(name="data", dtype=dtype, shape=[1], data=b"\0" * 8))
+
+
+def test_a_text_input_with_a_non_ascii_character_is_one_user_error_not_a_crash(tmp_path, sample_bins):
+    """numpy 2.4's loadtxt segfaulted on this with an integer dtype: the process died (SIGSEGV)."""
+    import subprocess
+    import sys
+
+    path = tmp_path / "x.txt"
+    path.write_bytes(b"1 \xf3\xbc\x89\x8d")
+    code = ("import sys; from bpuemu.common.container import read_bin; from bpuemu.board.runtime.inputs import read_input\n"
+            "from bpuemu.common.errors import InvalidInput\n"
+            f"spec = read_bin({sample_bins['rgb']!r}).model().input_specs[0]\n"
+            "try:\n    read_input(sys.argv[1], spec)\nexcept InvalidInput as e:\n    print('ERROR', e)\n")
+    run = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert "non-ASCII" in run.stdout
