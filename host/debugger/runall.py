@@ -331,6 +331,10 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
 
     # Step 7: outputs one cosine hides.
     res.joins = check_joins(cm.fakequant(()), cm.fakequant(None), samples)
+    float_name = {c.output: c.input for c in cm.calibrations.values()}
+    for f in res.joins:      # name the parts by the model's tensors, not the calibration nodes' outputs
+        for part in f.parts:
+            part.tensor = float_name.get(part.tensor, part.tensor)
     if res.joins:
         _write(os.path.join(save_dir, "output_parts.txt"), "\n".join(l for f in res.joins for l in f.report_lines()) + "\n")
 
