@@ -31,7 +31,9 @@ def run(command, *args, cwd, timeout=300):
 
 
 def error_lines(text):
-    return [line for line in text.splitlines() if "ERROR" in line and "exception in command" not in line]
+    """The ERROR lines, less hb_mapper's closing "exception in command" and a logged "ERROR Hint:"."""
+    return [line for line in text.splitlines()
+            if "ERROR" in line and "exception in command" not in line and "ERROR Hint: " not in line]
 
 
 def assert_one_clear_error(code, text, *words):
@@ -179,3 +181,17 @@ def test_makertbin_with_a_working_dir_that_cannot_be_made_is_one_line(project, t
     config.write_text(text)
     code, out = run("hb_mapper", "makertbin", "--config", config, "--model-type", "onnx", cwd=tmp_path)
     assert_one_clear_error(code, out, "/proc/bpuemu-no-such-dir")
+
+
+def test_a_caffemodel_given_as_onnx_is_named_as_not_onnx(tmp_path):
+    """It parses as an empty ModelProto; the checker said "opset 0 is not supported ... re-export with opset 11"."""
+    from caffe_nets import CaffeNetBuilder
+
+    net = CaffeNetBuilder().input("data", (1, 3, 8, 8))
+    net.layer("conv", "Convolution", "data", blobs=[net.randn(4, 3, 3, 3)],
+              convolution_param={"num_output": 4, "kernel_size": [3]})
+    _, caffemodel = net.write(str(tmp_path))
+    code, text = run("hb_mapper", "checker", "--model-type", "onnx", "--march", "bayes-e", "--model", caffemodel,
+                     cwd=tmp_path)
+    assert_one_clear_error(code, text, "is not an ONNX model")
+    assert "--model-type caffe" in text and "opset" not in text.split("is not an ONNX model")[0]
