@@ -23,6 +23,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+
 from bpuemu.common.compare import METRICS
 from bpuemu.host.debugger import acc_error, analysis, distribution
 from bpuemu.host.debugger.data import CalibratedModel, load_data, load_model
@@ -50,6 +52,8 @@ class RunallResult:
     #: node -> output cosine of the calibrated model with that node kept float (its inputs and model output)
     float_one: Dict[str, float] = field(default_factory=dict)
     quantized_cosine: float = 0.0
+    blank: Dict[str, int] = field(default_factory=dict)     # output -> samples with a nearly all-zero float output
+    samples: int = 0
     advice: List[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -101,6 +105,23 @@ def keep_float_gains(cm: CalibratedModel, ev: Evaluator, nodes: Sequence[str]):
     for n in nodes:
         out[n] = ev.score(all_but(cm, cm.calibrations_of(n) + cm.output_calibrations(n)), [cos])[cos.name]
     return base, dict(sorted(out.items(), key=lambda kv: -kv[1]))
+
+
+#: A sample's output is "blank" when its largest |value| is below this fraction of the largest over all samples.
+BLANK_FRACTION = 1e-3
+
+
+def blank_samples(ev: Evaluator) -> Dict[str, int]:
+    """output -> how many samples have a (nearly) all-zero float output: a per-pixel map of an
+    image without objects. Their cosine is 0 or 1 by definition (DESIGN.md, blank inputs)."""
+    out = {}
+    for k, name in enumerate(ev.tensors):
+        peaks = [float(np.max(np.abs(r[k]), initial=0.0)) for r in ev.reference]
+        top = max(peaks, default=0.0)
+        n = sum(1 for p in peaks if p <= BLANK_FRACTION * top)
+        if n and top > 0:
+            out[name] = n
+    return out
 
 
 def advised_nodes(res: "RunallResult", top: int = TOP) -> List[str]:
@@ -179,6 +200,11 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
         out.append("ranked sensitive but NOT worth changing (keeping them float in the quantized model does not raise "
                    f"its output cosine {res.quantized_cosine:.5f}; their errors cancel others): " +
                    ", ".join(f"{n} ({res.float_one[n]:.5f})" for n in hurt))
+    for name, n in res.blank.items():
+        out.append(f"{n} of {res.samples} sample(s) give a nearly all-zero float output {name} (below "
+                   f"{BLANK_FRACTION:g} of its peak): the cosine of such an output is 0 (quantized to all zeros) or "
+                   "1 by definition and moves every figure above; judge those samples by max abs error (chebyshev), "
+                   "or leave them out of data_num")
     ends = {k: list(v.values())[-1] for k, v in res.acc_error.items() if v}
     if "weight" in ends and "activation" in ends:
         worse = "activation" if ends["activation"] < ends["weight"] else "weight"
@@ -263,6 +289,7 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
 
     # Steps 1-2 (and node sensitivity for steps 3 and 6): one float run per sample for all of them.
     ev = Evaluator(cm, samples, output_tensors(cm, output_node))
+    res.blank, res.samples = blank_samples(ev), len(samples)
     kinds = ["node"] if interested_nodes else ["weight", "activation", "node"]
     for kind in kinds:
         cands = candidates_for(cm, kind, interested_nodes)

@@ -246,3 +246,13 @@ def test_bad_input_is_one_clear_line(det, tmp_path, args, message):
     assert "Traceback" not in run.stderr
     errors = [line for line in run.stderr.splitlines() if line.startswith("ERROR")]
     assert len(errors) == 1, run.stderr
+
+
+def test_blank_outputs_are_named_in_the_summary():
+    from types import SimpleNamespace
+
+    from bpuemu.host.debugger.runall import blank_samples
+
+    ref = [[np.full((1, 4), v, np.float32)] for v in (0.9, 1e-7, 0.5, 0.0)]
+    assert blank_samples(SimpleNamespace(tensors=["prob"], reference=ref)) == {"prob": 2}
+    assert blank_samples(SimpleNamespace(tensors=["prob"], reference=ref[:1] + ref[2:3])) == {}
