@@ -46,12 +46,14 @@ def _run(args, cwd=None, show_stderr=False) -> str:
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})
 @click.option("--workdir", default="", help="Where files go (default: a new temporary directory).")
-@click.option("--size", default=224, show_default=True, type=click.IntRange(8, 1024), help="Input height and width (even).")
+@click.option("--size", default=224, show_default=True, type=click.IntRange(8, 1024), help="Input height and width (even for nv12 and yuv444).")
 @click.option("--input-type", default="nv12", show_default=True,
               type=click.Choice(["nv12", "rgb", "bgr", "yuv444"]), help="input_type_rt of the model.")
 @click.option("--frame-count", default=200, show_default=True, type=click.IntRange(1))
 def cli(workdir, size, input_type, frame_count):
     """Convert a sample model, serve it from a local board daemon, and run it."""
+    if size % 2 and input_type in ("nv12", "yuv444"):
+        raise click.BadParameter(f"{size} is odd; {input_type} needs an even height and width", param_hint="--size")
     import numpy as np
 
     from bpuemu.host.samples import write_sample_project

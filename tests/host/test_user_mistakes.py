@@ -195,3 +195,9 @@ def test_a_caffemodel_given_as_onnx_is_named_as_not_onnx(tmp_path):
                      cwd=tmp_path)
     assert_one_clear_error(code, text, "is not an ONNX model")
     assert "--model-type caffe" in text and "opset" not in text.split("is not an ONNX model")[0]
+
+
+def test_bpuemu_demo_refuses_an_odd_nv12_size_before_any_work(tmp_path):
+    code, text = run("bpuemu-demo", "--size", "63", "--workdir", "demo", cwd=tmp_path, timeout=60)
+    assert code == 2 and "63 is odd; nv12 needs an even height and width" in text, text
+    assert not (tmp_path / "demo").exists()   # refused before writing the project
