@@ -59,9 +59,10 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
     tls = ServerTls(tls_cert, tls_key, tls_ca) if tls_cert else None
     server = BoardServer(listen, model_dir, limits, token=read_token_file(token_file) or None,
                          data_channel=data_channel, tls=tls).start()
-    if port_file:
-        with open(port_file, "w") as f:
-            f.write(f"{server.port}\n")
+    if port_file:  # whole or not there: a script polling for it never reads half a port number
+        from bpuemu.common.atomic import write_file_atomic
+
+        write_file_atomic(port_file, f"{server.port}\n")
     click.echo(f"hrt_boardd {__version__} listening on {server.target}", err=True)
     stopping = threading.Event()
 
