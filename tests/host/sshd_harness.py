@@ -7,6 +7,12 @@ answers with an SSH banner. ``known_hosts`` is a file that trusts exactly
 that host key. The board "behind" it is this machine, so the board-side
 command is ``<this python> -m bpuemu.board.cli.hrt_model_exec``.
 
+``Sshd(workdir, root_password="...")`` also lets root log in with that
+password, as the seed's ``hb_verifier -b IP -u root -p PASSWORD`` does: sshd
+runs in a mount namespace of its own (``unshare --mount``) where a copy of
+/etc/shadow carrying that password's hash is bind-mounted over the real one,
+so the machine's own accounts are never changed.
+
 Also puts tests/board on sys.path so the board harness (``Daemon``,
 ``run_cli``, ``assert_one_error``) is shared, not copied.
 """
@@ -58,8 +64,9 @@ def keygen(path: str) -> str:
 class Sshd:
     """One sshd on a free loopback port, with its own host key and one authorized user key."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, root_password: Optional[str] = None):
         self.workdir = os.fspath(workdir)
+        self.root_password = root_password
         os.makedirs(self.workdir, exist_ok=True)
         self.host_key = os.path.join(self.workdir, "ssh_host_ed25519_key")
         self.user_key = os.path.join(self.workdir, "id_ed25519")
@@ -118,7 +125,7 @@ class Sshd:
             self.port = _free_port()
             self._write_config()
             with open(self.log_path, "ab") as log:
-                self.proc = subprocess.Popen([SSHD, "-D", "-e", "-f", self.config], stdout=log, stderr=subprocess.STDOUT,
+                self.proc = subprocess.Popen(self._command(), stdout=log, stderr=subprocess.STDOUT,
                                              stdin=subprocess.DEVNULL)
             if self._wait_ready():
                 with open(self.known_hosts, "w") as f:
@@ -126,6 +133,28 @@ class Sshd:
                 return self
             self.stop()
         raise RuntimeError(f"sshd did not start:\n{self.log()}")
+
+    def _command(self) -> List[str]:
+        sshd = [SSHD, "-D", "-e", "-f", self.config]
+        if self.root_password is None:
+            return sshd
+        # unshare and sh exec into sshd: the process started here is sshd itself.
+        return ["unshare", "--mount", "--propagation", "private", "sh", "-c",
+                'mount --bind "$0" /etc/shadow && exec "$@"', self._shadow_with_root_password(), *sshd]
+
+    def _shadow_with_root_password(self) -> str:
+        """A copy of /etc/shadow whose root entry has ``root_password`` (for this sshd's namespace only)."""
+        digest = subprocess.run(["openssl", "passwd", "-6", "-stdin"], input=self.root_password, capture_output=True,
+                                text=True, check=True, timeout=30).stdout.strip()
+        with open("/etc/shadow") as f:
+            lines = f.read().splitlines()
+        lines = [":".join(["root", digest] + line.split(":")[2:]) if line.startswith("root:") else line
+                 for line in lines]
+        path = os.path.join(self.workdir, "shadow")
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        return path
 
     def known_hosts_line(self, public_key: Optional[str] = None) -> str:
         key_type, key_b64 = (public_key or self.host_pub).split()[:2]

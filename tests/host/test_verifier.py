@@ -422,6 +422,25 @@ def test_seed_line_with_user_and_password_goes_over_ssh(samples, sshd, tmp_path)
     assert result.stderr.splitlines()[-1] == "Hint: check the user (-u), the password (-p) or the key (--identity)"
 
 
+def test_seed_line_with_user_and_password_verifies_over_ssh(samples, tmp_path_factory, tmp_path):
+    """The seed's line, -b IP -u root -p PASSWORD, against a real sshd that takes that password for root."""
+    server = Sshd(tmp_path_factory.mktemp("verifier_sshd_password"), root_password="bpuemu-board-pw").start()
+    try:
+        s = samples["rgb"]
+        # Beyond the seed's flags: this test's own known_hosts and where hrt_model_exec lives on this "board".
+        local = ["--known-hosts", server.known_hosts, "--remote-command", REMOTE_COMMAND]
+        result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", server.address, "-s", "True", "-u", "root",
+                              "-p", "bpuemu-board-pw", *local], tmp_path)
+        assert_ok(result)
+        assert f"board {server.target} over SSH (" in result.stdout
+        assert "all 3 comparison(s) PASSED" in result.stdout
+        wrong = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", server.address, "-u", "root", "-p", "not-it", *local],
+                            tmp_path)
+        assert_one_error(wrong, "refused SSH authentication", "password")
+    finally:
+        server.stop()
+
+
 def test_a_board_list_mixes_ssh_and_grpc_boards(samples, sshd, board, tmp_path):
     s = samples["rgb"]
     boards = tmp_path / "boards.txt"
