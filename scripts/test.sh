@@ -9,8 +9,9 @@ cd "$(dirname "$0")/.."
 #   qemu-user-static binfmt-support debootstrap - an arm64 Debian root under qemu-user, where the board
 #                    install script runs for real (deploy/board/arm64_chroot.sh, tests/deploy/test_install_arm64.py)
 #   systemd        - systemd-analyze checks the board's unit offline (tests/deploy/test_systemd_unit.py)
+#   openssl        - hashes the root password of the sshd that takes the seed's -u root -p PASSWORD (tests/host/sshd_harness.py)
 # Add to this list rather than writing another apt-get line: one update, one install.
-APT_PACKAGES="chromium openssh-server qemu-user-static binfmt-support debootstrap systemd"
+APT_PACKAGES="chromium openssh-server qemu-user-static binfmt-support debootstrap systemd openssl"
 missing=""
 for pkg in $APT_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"
