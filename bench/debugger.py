@@ -219,8 +219,8 @@ def main(argv=None) -> int:
         log(f"  advice: {a}")
     tails = tail_nodes(cm)
     top = advised_nodes(res, args.top)
-    log(f"calibrated model output cosine {res.quantized_cosine:.5f}; kept float one at a time: " +
-        ", ".join(f"{n} {c:.5f}" for n, c in list(res.float_one.items())[:8]))
+    log(f"calibrated model output cosine {res.quantized_cosine:.5f}; one node's remedy simulated at a time: " +
+        ", ".join(f"{n} ({res.remedy[n]}) {c:.5f}" for n, c in list(res.float_one.items())[:8]))
     choice = remedies(cm, res.sensitivity, top)
     log("top sensitive nodes: " + ", ".join(f"{n} ({ranking[n]:.5f}, {choice[n]}"
                                             f"{', tail' if n in tails else ''})" for n in top))

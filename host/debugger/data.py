@@ -123,6 +123,13 @@ class CalibratedModel:
         outs = set(self.by_name[node].output) if node in self.by_name else set()
         return [c.name for c in self.calibrations.values() if c.kind == "activation" and not c.consumers and c.input in outs]
 
+    def int16_calibrations(self, node: str) -> List[str]:
+        """What node_info InputType/OutputType int16 widens for ``node``: the activation calibrations
+        of its inputs and of its outputs (weights stay int8 on X5)."""
+        outs = set(self.by_name[node].output) if node in self.by_name else set()
+        ins = [c for c in self.calibrations_of(node) if self.calibrations[c].kind == "activation"]
+        return ins + [c.name for c in self.calibrations.values() if c.kind == "activation" and c.input in outs]
+
     def kind_of(self, name: str) -> str:
         return self.calibrations[name].kind if name in self.calibrations else "node"
 

@@ -55,6 +55,15 @@ class Evaluator:
         self.reference: List[List[np.ndarray]] = [
             float_sess.run(self.tensors, f) for f in progress(self._feeds, "float model runs")]
 
+    def subset(self, keep: Sequence[bool]) -> "Evaluator":
+        """The same evaluator on the samples where ``keep`` is true (no model runs again)."""
+        sub = object.__new__(Evaluator)
+        sub.cm, sub.tensors = self.cm, self.tensors
+        sub.samples = [s for s, k in zip(self.samples, keep) if k]
+        sub._feeds = [f for f, k in zip(self._feeds, keep) if k]
+        sub.reference = [r for r, k in zip(self.reference, keep) if k]
+        return sub
+
     def session(self, enabled: Optional[Sequence[str]]):
         model = self.cm.fakequant(enabled)
         if set(self.tensors) - set(self.cm.outputs):

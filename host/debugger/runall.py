@@ -49,8 +49,9 @@ class RunallResult:
     acc_error: Dict[str, Dict[str, float]] = field(default_factory=dict)
     analysis: Dict[str, Dict[str, float]] = field(default_factory=dict)
     joins: List[JoinFinding] = field(default_factory=list)
-    #: node -> output cosine of the calibrated model with that node kept float (its inputs and model output)
+    #: node -> output cosine of the calibrated model with that node's remedy simulated (``remedy_gains``)
     float_one: Dict[str, float] = field(default_factory=dict)
+    remedy: Dict[str, str] = field(default_factory=dict)
     quantized_cosine: float = 0.0
     blank: Dict[str, int] = field(default_factory=dict)     # output -> samples with a nearly all-zero float output
     samples: int = 0
@@ -97,13 +98,20 @@ def ranked_nodes(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str,
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
 
 
-def keep_float_gains(cm: CalibratedModel, ev: Evaluator, nodes: Sequence[str]):
-    """(cosine of the calibrated model, {node: cosine with that node kept float}), best first."""
+def remedy_gains(cm: CalibratedModel, ev: Evaluator, choice: Dict[str, str]):
+    """(cosine of the calibrated model, {node: cosine with that node's remedy applied}), best first.
+
+    The remedy is simulated on the calibrated model, everything else quantized:
+    'cpu' keeps all of the node's calibrations float (weights too), 'int16'
+    keeps the activations node_info int16 widens float (its inputs and outputs;
+    int16 is within 1/258 of an int8 step of float) and its weights int8.
+    """
     cos = METRICS["cosine-similarity"]
     base = ev.score(None, [cos])[cos.name]
     out = {}
-    for n in nodes:
-        out[n] = ev.score(all_but(cm, cm.calibrations_of(n) + cm.output_calibrations(n)), [cos])[cos.name]
+    for n, how in choice.items():
+        off = cm.int16_calibrations(n) if how == "int16" else cm.calibrations_of(n) + cm.output_calibrations(n)
+        out[n] = ev.score(all_but(cm, off), [cos])[cos.name]
     return base, dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
@@ -111,9 +119,20 @@ def keep_float_gains(cm: CalibratedModel, ev: Evaluator, nodes: Sequence[str]):
 BLANK_FRACTION = 1e-3
 
 
+def blank_mask(ev: Evaluator) -> List[bool]:
+    """Per sample: some output is (nearly) all zeros in the float model (a per-pixel map of an
+    image without objects). Such a cosine is 0 or 1 by definition (DESIGN.md, blank inputs)."""
+    mask = [False] * len(ev.reference)
+    for k in range(len(ev.tensors)):
+        peaks = [float(np.max(np.abs(r[k]), initial=0.0)) for r in ev.reference]
+        top = max(peaks, default=0.0)
+        for i, p in enumerate(peaks):
+            mask[i] |= top > 0 and p <= BLANK_FRACTION * top
+    return mask
+
+
 def blank_samples(ev: Evaluator) -> Dict[str, int]:
-    """output -> how many samples have a (nearly) all-zero float output: a per-pixel map of an
-    image without objects. Their cosine is 0 or 1 by definition (DESIGN.md, blank inputs)."""
+    """output -> how many samples have a (nearly) all-zero float output (see ``blank_mask``)."""
     out = {}
     for k, name in enumerate(ev.tensors):
         peaks = [float(np.max(np.abs(r[k]), initial=0.0)) for r in ev.reference]
@@ -193,12 +212,12 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
             if choice[n] == "int16":
                 return "activations"
             return "tail node" if n in tails else "weights: X5 int16 keeps weights int8"
-        gain = (lambda n: f", kept float: {res.float_one[n]:.5f}") if res.float_one else (lambda n: "")
+        gain = (lambda n: f", with it: {res.float_one[n]:.5f}") if res.float_one else (lambda n: "")
         out.append("most quantization-sensitive nodes: " + ", ".join(
             f"{n} ({nodes[n]:.5f}{gain(n)}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
     if hurt:
-        out.append("ranked sensitive but NOT worth changing (keeping them float in the quantized model does not raise "
-                   f"its output cosine {res.quantized_cosine:.5f}; their errors cancel others): " +
+        out.append("ranked sensitive but NOT worth changing (their remedy, simulated in the quantized model, does not "
+                   f"raise its output cosine {res.quantized_cosine:.5f}; their errors cancel others): " +
                    ", ".join(f"{n} ({res.float_one[n]:.5f})" for n in hurt))
     for name, n in res.blank.items():
         out.append(f"{n} of {res.samples} sample(s) give a nearly all-zero float output {name} (below "
@@ -348,13 +367,19 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
     # quantized, actually help? Errors of different nodes can cancel, so "only this node
     # quantized" (the ranking) and "all but this node quantized" (what a remedy does) disagree.
     if output_node is None:
-        res.quantized_cosine, res.float_one = keep_float_gains(
-            cm, ev, [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < pick_threshold][:MAX_CHECKED])
+        # On the samples whose outputs are not blank: a blank output's cosine says nothing about a remedy.
+        blank = blank_mask(ev)
+        check = ev.subset([not b for b in blank]) if any(blank) and not all(blank) else ev
+        candidates = [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < pick_threshold][:MAX_CHECKED]
+        res.remedy = remedies(cm, res.sensitivity, candidates)
+        res.quantized_cosine, res.float_one = remedy_gains(cm, check, res.remedy)
         if res.float_one:
-            text = "\n".join(f"{n:<40}{c:.5f}  ({c - res.quantized_cosine:+.5f})" for n, c in res.float_one.items())
-            title = f"output cosine with one node kept float (calibrated model: {res.quantized_cosine:.5f})"
+            text = "\n".join(f"{n:<40}{res.remedy[n]:<6}{c:.5f}  ({c - res.quantized_cosine:+.5f})"
+                              for n, c in res.float_one.items())
+            title = (f"output cosine with one node's remedy applied (calibrated model: {res.quantized_cosine:.5f}"
+                     f"{', samples with a blank output left out' if check is not ev else ''})")
             res.tables[title] = text
-            _write(os.path.join(save_dir, "keep_float.txt"), title + "\n" + text + "\n")
+            _write(os.path.join(save_dir, "remedy_check.txt"), title + "\n" + text + "\n")
 
     # Step 7: outputs one cosine hides.
     res.joins = check_joins(cm.fakequant(()), cm.fakequant(None), samples)

@@ -256,3 +256,6 @@ def test_blank_outputs_are_named_in_the_summary():
     ref = [[np.full((1, 4), v, np.float32)] for v in (0.9, 1e-7, 0.5, 0.0)]
     assert blank_samples(SimpleNamespace(tensors=["prob"], reference=ref)) == {"prob": 2}
     assert blank_samples(SimpleNamespace(tensors=["prob"], reference=ref[:1] + ref[2:3])) == {}
+    from bpuemu.host.debugger.runall import blank_mask
+
+    assert blank_mask(SimpleNamespace(tensors=["prob"], reference=ref)) == [False, True, False, True]
