@@ -42,7 +42,19 @@ DTYPES = ["uint8", "int8", "float32", "float64", "int64", "bool", "", "object", 
 
 
 def start_fuzz_daemon(workdir) -> Daemon:
-    return Daemon(workdir, *DAEMON_ARGS, env=clean_env()).start()
+    daemon = Daemon(workdir, *DAEMON_ARGS, env=clean_env()).start()
+    daemon.owner_pid = os.getpid()  # bench/fuzz.py checks it from forked children, which cannot wait() for it
+    return daemon
+
+
+def _alive(daemon: Daemon) -> bool:
+    if os.getpid() == getattr(daemon, "owner_pid", os.getpid()):
+        return daemon.proc.poll() is None
+    try:
+        os.kill(daemon.proc.pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
 
 
 class Target:
@@ -177,7 +189,7 @@ class Target:
         self.check_daemon()
 
     def check_daemon(self) -> None:
-        assert self.daemon.proc.poll() is None, f"hrt_boardd died:\n{self.daemon.log()[-3000:]}"
+        assert _alive(self.daemon), f"hrt_boardd died:\n{self.daemon.log()[-3000:]}"
         reply = self.stub.Handshake(board_pb2.HandshakeRequest(api_version=API_VERSION, client_version=__version__),
                                     timeout=10, wait_for_ready=True)
         assert reply.board.daemon_version
