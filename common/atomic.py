@@ -25,8 +25,9 @@ directory (the run was SIGKILLed) from a live one. Before renaming,
 ``publish`` writes a ``PUBLISH`` journal: a run killed inside the (short)
 rename loop is rolled forward by the next ``recover_stale`` of that target,
 a run killed before it is rolled back (its staging directory removed). On an
-exception (error, Ctrl-C), the staging directory is removed and the log says
-so; the target's previous files are untouched either way.
+exception (error, Ctrl-C, or SIGTERM, which a Staging in the main thread turns
+into an exit with status 143), the staging directory is removed and the log
+says so; the target's previous files are untouched either way.
 
 ``checkpoint(name)`` is a test hook: when ``BPUEMU_TEST_STOP_AT`` names it,
 the process stops itself (SIGSTOP) there, so a test can SIGKILL it at an
@@ -40,6 +41,7 @@ import os
 import shutil
 import signal
 import tempfile
+import threading
 from typing import IO, Iterator, List, Optional, Union
 
 _SUFFIX = ".partial"
@@ -123,6 +125,7 @@ class Staging:
         self.dir = ""
         self.published: List[str] = []
         self._lock_fd = -1
+        self._old_sigterm = None
 
     def __enter__(self) -> "Staging":
         os.makedirs(self.target, exist_ok=True)
@@ -130,6 +133,7 @@ class Staging:
         self.dir = tempfile.mkdtemp(prefix=f".{self.label}-", suffix=_SUFFIX, dir=self.target)
         self._lock_fd = os.open(os.path.join(self.dir, _LOCK), os.O_RDWR | os.O_CREAT, 0o600)
         fcntl.flock(self._lock_fd, fcntl.LOCK_EX)
+        self._old_sigterm = _exit_on_sigterm()
         return self
 
     def path(self, name: str) -> str:
@@ -162,13 +166,32 @@ class Staging:
         shutil.rmtree(self.dir, ignore_errors=True)
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        _restore_sigterm(self._old_sigterm)
         published = bool(self.published)
         self._close()
         if exc_type is not None and not published:
-            what = "interrupted" if issubclass(exc_type, KeyboardInterrupt) else "failed"
+            what = "interrupted" if issubclass(exc_type, (KeyboardInterrupt, SystemExit)) else "failed"
             self.log.warning("%s %s: its partial outputs in %s were removed; the previous outputs in %s are "
                              "unchanged", self.label, what, self.dir, self.target)
         return False
+
+
+def _exit_on_sigterm():
+    """While a Staging is open in the main thread, SIGTERM (kill, timeout, systemd) exits like Ctrl-C does:
+    through the ``with`` block's cleanup, exit status 143. Returns the handler to restore (None: unchanged)."""
+    if threading.current_thread() is not threading.main_thread() or signal.getsignal(signal.SIGTERM) != signal.SIG_DFL:
+        return None
+
+    def terminate(signum, frame):
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    return signal.SIG_DFL
+
+
+def _restore_sigterm(old) -> None:
+    if old is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, old)
 
 
 def _is_abandoned(stage_dir: str) -> bool:

@@ -109,16 +109,17 @@ def test_a_bad_calibration_file_keeps_the_last_good_model_and_says_so(converted)
     assert sorted(e for e in os.listdir(out) if e.startswith(".") and e != ".hb_mapper_cache") == []
 
 
-def test_ctrl_c_during_compile_keeps_the_previous_artifacts(converted):
+@pytest.mark.parametrize("sig,code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)], ids=["ctrl_c", "sigterm"])
+def test_ctrl_c_or_sigterm_during_compile_keeps_the_previous_artifacts(converted, sig, code):
     tmp, cfg, out, before = converted
     proc = subprocess.Popen(_mapper_cmd(_second_config(tmp, cfg)), cwd=tmp, stderr=subprocess.PIPE, text=True,
                             env=dict(os.environ, BPUEMU_TEST_STOP_AT="makertbin:compiling"))
     _, status = os.waitpid(proc.pid, os.WUNTRACED)
     assert os.WIFSTOPPED(status)
-    proc.send_signal(signal.SIGINT)
+    proc.send_signal(sig)
     proc.send_signal(signal.SIGCONT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130
+    assert proc.returncode == code, err
     assert "makertbin interrupted: its partial outputs in" in err and "were removed" in err
     assert _digests(out) == before
     assert [e for e in os.listdir(out) if e.startswith(".makertbin-")] == []
