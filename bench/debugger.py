@@ -13,11 +13,12 @@
    per-pixel probability map is nearly empty.
 2. ``runall`` on the calibrated model and calibration_data, timed (its node
    sensitivity: output cosine with only that node quantized).
-3. The nodes runall advises (sensitive, and checked to raise the quantized
-   model's output cosine when kept float: ``advised_nodes``), at most --top,
-   get the debugger's remedy (runall's ``remedies``): int16 (``node_info`` InputType/OutputType) when their input
-   activations cost the accuracy, the CPU (``'ON': 'CPU'``) for tail nodes and
-   for nodes whose *weights* cost it (X5 int16 keeps weights int8). Convert
+3. The nodes runall advises, at most --top: sensitive nodes whose remedy,
+   simulated on the calibrated model with everything else quantized, raises
+   its output cosine (``advised_nodes``), each with the better of its two
+   remedies (``best_remedies``): int16 (``node_info`` InputType/OutputType:
+   its input and output activations) or the CPU (``'ON': 'CPU'``: float
+   weights too; X5 int16 keeps weights int8). Convert
    again; also with all of them int16 (is int16 enough?).
 4. For comparison, --random-draws random choices of as many nodes (tail nodes
    to the CPU, the others int16).
@@ -221,7 +222,7 @@ def main(argv=None) -> int:
     top = advised_nodes(res, args.top)
     log(f"calibrated model output cosine {res.quantized_cosine:.5f}; one node's remedy simulated at a time: " +
         ", ".join(f"{n} ({res.remedy[n]}) {c:.5f}" for n, c in list(res.float_one.items())[:8]))
-    choice = remedies(cm, res.sensitivity, top)
+    choice = {n: res.remedy[n] for n in top}
     log("top sensitive nodes: " + ", ".join(f"{n} ({ranking[n]:.5f}, {choice[n]}"
                                             f"{', tail' if n in tails else ''})" for n in top))
     info = node_info_for(choice)
@@ -243,7 +244,7 @@ def main(argv=None) -> int:
         pick = rng.sample(pool, len(top) or args.top)
         rinfo = node_info_for({n: "cpu" if n in tails else "int16" for n in pick})
         art_r, _, lines_r = convert_case(write_yaml(case, work, f"random{d}", cal_dir, rinfo))
-        variants.append((f"random {len(top)} #{d + 1}", pick, art_r, rinfo))
+        variants.append((f"random {len(pick)} #{d + 1}", pick, art_r, rinfo))
         estimates[variants[-1][0]] = estimated_fps(lines_r)
 
     # Held-out cosines.

@@ -148,6 +148,16 @@ def advised_nodes(res: "RunallResult", top: int = TOP) -> List[str]:
     return [n for n, c in res.float_one.items() if c > res.quantized_cosine][:top]
 
 
+def best_remedies(cm: CalibratedModel, ev: Evaluator, nodes: Sequence[str]):
+    """Both remedies simulated for each node (``remedy_gains``); per node the better one.
+    Returns (cosine of the calibrated model, {node: cosine with its better remedy}, {node: remedy})."""
+    base, as16 = remedy_gains(cm, ev, {n: "int16" for n in nodes})
+    _, oncpu = remedy_gains(cm, ev, {n: "cpu" for n in nodes})
+    choice = {n: "int16" if as16[n] >= oncpu[n] else "cpu" for n in nodes}
+    best = {n: max(as16[n], oncpu[n]) for n in nodes}
+    return base, dict(sorted(best.items(), key=lambda kv: -kv[1])), choice
+
+
 def remedies(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str, float]]],
              nodes: Sequence[str]) -> Dict[str, str]:
     """node -> 'int16' or 'cpu', the seed's two remedies, chosen per node:
@@ -201,7 +211,7 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
         hurt = [n for n in sensitive if n in res.float_one and res.float_one[n] <= res.quantized_cosine]
         sensitive = advised_nodes(res)
     if sensitive:
-        choice = remedies(cm, res.sensitivity, sensitive)
+        choice = {n: res.remedy[n] for n in sensitive} if res.remedy else remedies(cm, res.sensitivity, sensitive)
         tails = tail_nodes(cm)
 
         own = res.sensitivity.get("node", {})
@@ -211,7 +221,7 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
                 return "its model output"
             if choice[n] == "int16":
                 return "activations"
-            return "tail node" if n in tails else "weights: X5 int16 keeps weights int8"
+            return "tail node" if n in tails else "float weights help: X5 int16 keeps weights int8"
         gain = (lambda n: f", with it: {res.float_one[n]:.5f}") if res.float_one else (lambda n: "")
         out.append("most quantization-sensitive nodes: " + ", ".join(
             f"{n} ({nodes[n]:.5f}{gain(n)}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
@@ -371,8 +381,7 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
         blank = blank_mask(ev)
         check = ev.subset([not b for b in blank]) if any(blank) and not all(blank) else ev
         candidates = [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < pick_threshold][:MAX_CHECKED]
-        res.remedy = remedies(cm, res.sensitivity, candidates)
-        res.quantized_cosine, res.float_one = remedy_gains(cm, check, res.remedy)
+        res.quantized_cosine, res.float_one, res.remedy = best_remedies(cm, check, candidates)
         if res.float_one:
             text = "\n".join(f"{n:<40}{res.remedy[n]:<6}{c:.5f}  ({c - res.quantized_cosine:+.5f})"
                               for n, c in res.float_one.items())
