@@ -186,6 +186,7 @@ class SshSession:
         self.transport: Optional[paramiko.Transport] = None
         self.sftp: Optional[paramiko.SFTPClient] = None
         self.work_dir = ""
+        self.stalled = False  # an SFTP operation timed out: the connection is not to be waited on again
         try:
             self._connect()
             with self.guard("opening SFTP"):
@@ -257,6 +258,7 @@ class SshSession:
         except BpuEmuError:
             raise
         except socket.timeout:
+            self.stalled = True  # close() then leaves the work dir to the next session's sweep
             raise DeadlineExceeded(f"board {self.target} did not answer {what} within {self.options.connect_timeout_s:.0f} s",
                                    hint="the board or its network may be overloaded") from None
         except (paramiko.SSHException, EOFError, OSError) as exc:
@@ -388,9 +390,10 @@ class SshSession:
         self.sftp.rmdir(path)
 
     def close(self) -> None:
-        """Remove the work dir (best effort: the board may be gone) and disconnect."""
+        """Remove the work dir (best effort: the board may be gone; not after an SFTP timeout, which
+        would only wait again: the next session removes it) and disconnect."""
         try:
-            if self.work_dir and self.transport is not None and self.transport.is_active():
+            if self.work_dir and self.transport is not None and self.transport.is_active() and not self.stalled:
                 with self.guard("cleanup"):  # by SFTP: no remote shell to start
                     self._rmtree(self.work_dir)
         except BpuEmuError as exc:

@@ -168,6 +168,23 @@ def test_restart_removes_what_a_crash_left(daemons, tmp_path_factory, rgb_model)
     assert len(d.store_files()) == 2
 
 
+def test_farm_board_killed_mid_infer(daemons, tmp_path_factory, rgb_model, scratch):
+    """hrt_model_exec infer on two boards, one SIGKILLed mid-call: one ERROR line naming it; the other's result kept."""
+    boards = [Daemon(tmp_path_factory.mktemp(f"farm_killed{i}")).start() for i in range(2)]
+    daemons.extend(boards)
+    kept, victim = boards
+    cli = _cli(["infer", "--model_file", rgb_model.path, "--board", f"{kept.target},{victim.target}",
+                "--frame_count", LONG_INFER_FRAMES], scratch)
+    assert wait_until(lambda: cli.poll() is None and _jobs_running(victim) == 1, timeout=30), "the job never started"
+    victim.kill()
+    result = _finish(cli)
+    line = assert_one_error(result, "infer failed on 1 of 2 boards", victim.target, "went away during infer",
+                            ignore=RANDOM_NOTE)
+    assert kept.target not in line
+    assert f"=== board {kept.target} " in result.stdout and f"=== board {victim.target} " not in result.stdout
+    assert result.stdout.count("infer success") == 1, result.stdout
+
+
 # --- the store's disk full ------------------------------------------------------------------
 
 def _file_size_limit(limit: int):

@@ -170,3 +170,40 @@ def test_connection_reset_while_downloading_results(sshd, proxy, model, tmp_path
     assert os.listdir(cwd) == []  # no dump written from a half-read result
     assert os.path.exists(left)
     _next_session_cleans_up(sshd, model, left, tmp_path)
+
+
+def test_stalled_network_ends_within_the_deadline(sshd, proxy, model, tmp_path):
+    """A connection that stops moving bytes mid-SFTP: one DeadlineExceeded, within the SFTP deadline plus cleanup."""
+    from bpuemu.common.errors import DeadlineExceeded
+    from bpuemu.host.clients.ssh import SshBackend
+    from bpuemu.host.clients.ssh_options import SshOptions
+
+    remote_tmp = tmp_path / "board_tmp"
+    remote_tmp.mkdir()
+    options = SshOptions(target=proxy.target, identity=sshd.user_key, known_hosts=proxy.known_hosts,
+                         remote_command=REMOTE_COMMAND, remote_tmp=str(remote_tmp), connect_timeout_s=4.0)
+    proxy.up_rate = 3000
+    stall = _later_when(lambda: any((d / "0_fault.bin").exists() for d in remote_tmp.iterdir()), proxy.stall)
+    t0 = time.monotonic()
+    with pytest.raises(DeadlineExceeded, match=r"did not answer upload of fault.bin within 4 s") as err:
+        SshBackend(options, [model])
+    elapsed = time.monotonic() - t0
+    stall.join()
+    assert proxy.target in str(err.value)
+    assert elapsed < 30, f"the stalled session took {elapsed:.1f} s to give up with a 4 s SFTP deadline"
+
+
+def _later_when(predicate, action):
+    """Run ``action`` in a thread as soon as ``predicate()`` holds (bounded: 30 s)."""
+    import threading
+
+    def watch():
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not predicate():
+            time.sleep(0.01)
+        action()
+
+    t = threading.Thread(target=watch, daemon=True)
+    t.start()
+    return t
+
