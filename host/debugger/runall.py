@@ -226,9 +226,10 @@ def _advice(cm: CalibratedModel, res: RunallResult, pick_threshold: float) -> Li
         out.append("most quantization-sensitive nodes: " + ", ".join(
             f"{n} ({nodes[n]:.5f}{gain(n)}, {why(n)})" for n in sensitive) + "; try " + node_info_yaml(choice))
     if hurt:
-        out.append("ranked sensitive but NOT worth changing (their remedy, simulated in the quantized model, does not "
-                   f"raise its output cosine {res.quantized_cosine:.5f}; their errors cancel others): " +
-                   ", ".join(f"{n} ({res.float_one[n]:.5f})" for n in hurt))
+        out.append("ranked sensitive, but their remedy alone, simulated in the quantized model on these samples, does "
+                   f"not raise its output cosine {res.quantized_cosine:.5f} (errors of different nodes can cancel): " +
+                   ", ".join(f"{n} ({res.remedy.get(n, '?')}: {res.float_one[n]:.5f})" for n in hurt) +
+                   "; if you try them, try them together and judge on held-out data")
     for name, n in res.blank.items():
         out.append(f"{n} of {res.samples} sample(s) give a nearly all-zero float output {name} (below "
                    f"{BLANK_FRACTION:g} of its peak): the cosine of such an output is 0 (quantized to all zeros) or "
