@@ -63,6 +63,7 @@ class CalibratedModel:
         idx = GraphIndex(model)
         self.inputs = idx.inputs
         self.outputs = idx.outputs
+        self._producer = idx.producer
         self.calibrations: Dict[str, CalibrationNode] = {}
         by_output: Dict[str, CalibrationNode] = {}
         for n in idx.nodes:
@@ -148,6 +149,18 @@ class CalibratedModel:
     def is_float(self, tensor: str) -> bool:
         info = self.infos.get(tensor)
         return info is None or info.is_float
+
+    def compared_outputs(self) -> List[str]:
+        """The model outputs the metrics compare. An integer output (ArgMax indices, where a
+        cosine of indices means nothing) is compared at the float tensor its producer reads."""
+        out = []
+        for t in self.outputs:
+            seen = set()
+            while not self.is_float(t) and t in self._producer and t not in seen:
+                seen.add(t)
+                t = self._producer[t].input[0]
+            out.append(t)
+        return list(dict.fromkeys(out))
 
 
 def _text(v) -> str:

@@ -57,8 +57,11 @@ def collect(cm: CalibratedModel, samples: Sequence[Sample], float_tensors: Seque
     sessions = [(key, session(with_outputs(cm.fakequant(en), names, cm.infos)), names) for key, en, names in runs if names]
     for s in progress(samples, "samples"):
         for key, sess, names in sessions:
-            for t, v in zip(names, sess.run(names, feed_for(sess, s))):
-                out[key].setdefault(t, []).append(v)
+            feed = feed_for(sess, s)
+            computed = [t for t in names if t not in feed]   # a model input is read from the feed
+            values = dict(zip(computed, sess.run(computed, feed))) if computed else {}
+            for t in names:
+                out[key].setdefault(t, []).append(feed[t] if t in feed else values[t])
     return out
 
 

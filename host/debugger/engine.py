@@ -44,12 +44,13 @@ def progress(iterable, desc: str, total: Optional[int] = None):
 
 
 class Evaluator:
-    """Scores candidates on fixed samples, comparing ``tensors`` (default: the model outputs)."""
+    """Scores candidates on fixed samples, comparing ``tensors`` (default: the model outputs, an
+    integer one at the float tensor it is computed from: ``CalibratedModel.compared_outputs``)."""
 
     def __init__(self, cm: CalibratedModel, samples: Sequence[Sample], tensors: Optional[Sequence[str]] = None):
         self.cm = cm
         self.samples = list(samples)
-        self.tensors = list(tensors) if tensors else list(cm.outputs)
+        self.tensors = list(tensors) if tensors else cm.compared_outputs()
         float_sess = self.session(())
         self._feeds = [feed_for(float_sess, s) for s in self.samples]   # cast once (same inputs in every candidate)
         self.reference: List[List[np.ndarray]] = [

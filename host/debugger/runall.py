@@ -337,8 +337,8 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
         dis = list(dis_nodes_list)
     else:
         dis = _top(res.sensitivity.get("weight", {})) + _top(res.sensitivity.get("activation", {}))
-        if node_type == "node":
-            dis += _top(res.sensitivity.get("node", {}))
+        if node_type == "node":  # those with a float output to plot (not ArgMax's indices)
+            dis += [n for n in _top(res.sensitivity.get("node", {})) if n in cm.observed and cm.is_float(cm.observed[n])]
     dis = list(dict.fromkeys(dis))
     if dis:
         for node, path in distribution.distributions(cm, samples, dis, save_dir).items():

@@ -111,7 +111,8 @@ def argmax_project(tmp_path_factory):
            "norm_type": "data_mean_and_scale", "mean_value": "128 128 128", "scale_value": "0.0078125",
            "input_shape": f"1x3x{ARGMAX_SIZE}x{ARGMAX_SIZE}", "cal_data_dir": cal, "cal_data_type": "uint8"}
     config = write_config(str(work / "config.yaml"), str(work / "float.onnx"), "pa", str(work / "out"), {"data": inp},
-                          calibration={"calibration_type": "max"})
+                          calibration={"calibration_type": "max"},
+                          model_extra={"debug_mode": "dump_calibration_data"})
     code, text = run("hb_mapper", "makertbin", "--config", config, "--model-type", "onnx", cwd=work)
     assert code == 0, text
     return {"dir": work, "log": text, "quanti": work / "out" / "pa_quantized_model.onnx", "bin": work / "out" / "pa.bin"}
@@ -201,3 +202,19 @@ def test_bpuemu_demo_refuses_an_odd_nv12_size_before_any_work(tmp_path):
     code, text = run("bpuemu-demo", "--size", "63", "--workdir", "demo", cwd=tmp_path, timeout=60)
     assert code == 2 and "63 is odd; nv12 needs an even height and width" in text, text
     assert not (tmp_path / "demo").exists()   # refused before writing the project
+
+
+def test_hmct_debugger_on_an_argmax_model(argmax_project):
+    """runall stopped with "node 'argmax' has no float output to plot" (then an onnxruntime error for the
+    calibration on the model input); node sensitivity compared ArgMax indices with a cosine."""
+    from bpuemu.host.debugger.data import load_data, load_model
+    from bpuemu.host.debugger.engine import Evaluator
+
+    out = argmax_project["dir"] / "out"
+    code, text = run("hmct-debugger", "runall", out / "pa_calibrated_model.onnx", out / "calibration_data",
+                     "-s", "debug_result", cwd=argmax_project["dir"])
+    assert code == 0 and "Traceback" not in text and "ERROR" not in text, text
+    assert (argmax_project["dir"] / "debug_result" / "index.html").exists()
+    cm = load_model(str(out / "pa_calibrated_model.onnx"))
+    ev = Evaluator(cm, load_data(str(out / "calibration_data"), cm)[:2])
+    assert ev.tensors and all(cm.is_float(t) for t in ev.tensors), ev.tensors
