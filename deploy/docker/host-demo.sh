@@ -50,4 +50,4 @@ step "hrt_model_exec perf on the board"
 hrt_model_exec perf --model_file sample.bin --board "$board" --token-file "$token_file" --frame_count "$frames"
 
 step "hb_verifier: quanti.onnx vs x86 simulator vs board"
-hb_verifier -m quanti.onnx,sample.bin -s True -b "$board" --token-file "$token_file"
+hb_verifier -m quanti.onnx,sample.bin -s True -b "grpc://$board" --token-file "$token_file"

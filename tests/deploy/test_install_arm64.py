@@ -365,7 +365,7 @@ def test_hrt_model_exec_against_the_arm_board(arm_daemon, sample):
 def test_hb_verifier_arm_vs_sim_passes(arm_daemon, sample):
     report = sample / "verify.json"
     proc = host_tool("hb_verifier", "-m", f"{sample / 'quanti.onnx'},{sample / 'model.bin'}", "-s", "True",
-                     "-b", arm_daemon.target, "--token-file", arm_daemon.token_file, "--json", report, cwd=sample)
+                     "-b", f"grpc://{arm_daemon.target}", "--token-file", arm_daemon.token_file, "--json", report, cwd=sample)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert f"Arm infer: board {arm_daemon.target} (aarch64" in out, out
