@@ -37,6 +37,7 @@ import numpy as np
 from bpuemu.board.client import BoardClient
 from bpuemu.common.errors import BpuEmuError
 from bpuemu.common.input_types import random_rt_input
+from bpuemu.host.samples.daemon import start_daemon
 
 
 def vm_rss_bytes(pid: int) -> int:
@@ -45,27 +46,6 @@ def vm_rss_bytes(pid: int) -> int:
             if line.startswith("VmRSS:"):
                 return int(line.split()[1]) * 1024
     raise RuntimeError(f"no VmRSS for process {pid}")
-
-
-def start_daemon(workdir: str, max_jobs: int):
-    """hrt_boardd on a free loopback port: (process, target)."""
-    port_file = os.path.join(workdir, "port")
-    with open(os.path.join(workdir, "hrt_boardd.log"), "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "bpuemu.board.daemon", "--listen", "127.0.0.1:0",
-                                 "--model-dir", os.path.join(workdir, "models"), "--port-file", port_file,
-                                 "--max-jobs", str(max_jobs), "--log-level", "WARNING"], stdout=log,
-                                stderr=subprocess.STDOUT)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"hrt_boardd exited with {proc.returncode}:\n" + open(log.name).read()[-2000:])
-        if os.path.exists(port_file):
-            text = open(port_file).read()
-            if text.endswith("\n"):
-                return proc, f"127.0.0.1:{int(text)}"
-        time.sleep(0.05)
-    proc.kill()
-    sys.exit("hrt_boardd did not start within 30 s")
 
 
 @dataclass
@@ -135,7 +115,8 @@ def run(args, workdir: str, sample_bin) -> int:
     if args.board:
         target = args.board
     else:
-        proc, target = start_daemon(workdir, max_jobs=args.clients)
+        proc, target = start_daemon(os.path.join(workdir, "models"), os.path.join(workdir, "hrt_boardd.log"),
+                                    extra_args=("--max-jobs", str(args.clients), "--log-level", "WARNING"))
     try:
         model_path = os.path.join(workdir, "load.bin")
         sample_bin(model_path, input_type_rt="rgb", height=args.size, width=args.size)

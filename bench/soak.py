@@ -48,7 +48,7 @@ import sys
 import tempfile
 import threading
 import time
-from typing import Callable, Dict, List, Optional
+from typing import Callable, Dict, List
 
 import numpy as np
 
@@ -59,28 +59,6 @@ EXPECTED = {("perf_cancel", "Cancelled")}
 
 
 # --- the daemon ----------------------------------------------------------------------------
-
-def start_daemon(workdir: str, log_path: str):
-    """hrt_boardd on a free loopback port: (process, target)."""
-    port_file = os.path.join(workdir, "port")
-    with open(log_path, "w") as log:
-        proc = subprocess.Popen([sys.executable, "-m", "bpuemu.board.daemon", "--listen", "127.0.0.1:0",
-                                 "--model-dir", os.path.join(workdir, "models"), "--port-file", port_file,
-                                 "--max-jobs", "16", "--log-level", "WARNING"],
-                                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            sys.exit(f"hrt_boardd exited with {proc.returncode}:\n" + open(log_path).read()[-2000:])
-        if os.path.exists(port_file):
-            text = open(port_file).read()
-            if text.endswith("\n"):
-                return proc, f"127.0.0.1:{int(text)}"
-        time.sleep(0.05)
-    proc.kill()
-    proc.wait()
-    sys.exit("hrt_boardd did not start within 30 s")
-
 
 def process_figures(pid: int) -> Dict[str, float]:
     """RSS (MB), open fds and threads of a process, from /proc."""
@@ -386,7 +364,10 @@ def run(args, workdir: str) -> int:
     log_path = args.daemon_log or os.path.join(workdir, "hrt_boardd.log")
     model_path = os.path.join(workdir, "soak.bin")
     sample_bin(model_path, input_type_rt="rgb", height=args.size, width=args.size)
-    proc, target = start_daemon(workdir, log_path)
+    from bpuemu.host.samples.daemon import start_daemon
+
+    proc, target = start_daemon(os.path.join(workdir, "models"), log_path,
+                                extra_args=("--max-jobs", "16", "--log-level", "WARNING"))
     soak = Soak(args, workdir, target, model_path)
     with soak.client() as board:  # stored and loaded once, before the clients start
         board.load(board.ensure_model(model_path))
@@ -474,7 +455,7 @@ def stop_daemon(proc) -> int:
 
 
 def print_summary(tally: Tally, samples, args) -> None:
-    print(f"\ncalls by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(tally.calls.items())) +
+    print("\ncalls by kind: " + ", ".join(f"{k} {n}" for k, n in sorted(tally.calls.items())) +
           f"; clients killed mid-call: {tally.kills}")
     print(f"total calls : {sum(tally.calls.values())}")
     if tally.errors:

@@ -8,7 +8,7 @@ import shutil
 import subprocess
 import sys
 import time
-from typing import Callable, Optional
+from typing import Callable, Optional, Sequence
 
 from bpuemu.common.errors import BoardUnavailable
 
@@ -22,19 +22,22 @@ def console_script(name: str) -> str:
     return found
 
 
-def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0, echo: Optional[Callable[[str], None]] = None):
+def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0, echo: Optional[Callable[[str], None]] = None,
+                 extra_args: Sequence[str] = ()):
     """Start hrt_boardd on a free loopback port; returns (process, "127.0.0.1:PORT").
 
-    ``echo`` is given the command line, as a user would type it.
+    ``echo`` is given the command line, as a user would type it; ``extra_args``
+    are more hrt_boardd flags (``--max-jobs 16``, ``--log-level WARNING``).
     """
     port_file = os.path.join(model_dir, "port")
     if os.path.exists(port_file):
         os.unlink(port_file)
     log = open(log_path, "w")
-    args = ["hrt_boardd", "--listen", "127.0.0.1:0", "--model-dir", model_dir, "--port-file", port_file]
+    args = ["hrt_boardd", "--listen", "127.0.0.1:0", "--model-dir", model_dir, "--port-file", port_file, *extra_args]
     if echo is not None:
         echo("$ " + shlex.join(args) + " &")
-    proc = subprocess.Popen([console_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen([console_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT,
+                            stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
