@@ -23,7 +23,7 @@ from onnx import helper
 from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.quant.emit import CALIBRATION_OP, calibrated_to_fakequant
-from bpuemu.host.quant.graph import GraphIndex, tensor_infos
+from bpuemu.host.quant.graph import GraphIndex, float_source, tensor_infos
 
 Sample = Dict[str, np.ndarray]
 KINDS = ("node", "weight", "activation")
@@ -153,14 +153,7 @@ class CalibratedModel:
     def compared_outputs(self) -> List[str]:
         """The model outputs the metrics compare. An integer output (ArgMax indices, where a
         cosine of indices means nothing) is compared at the float tensor its producer reads."""
-        out = []
-        for t in self.outputs:
-            seen = set()
-            while not self.is_float(t) and t in self._producer and t not in seen:
-                seen.add(t)
-                t = self._producer[t].input[0]
-            out.append(t)
-        return list(dict.fromkeys(out))
+        return list(dict.fromkeys(float_source(t, self._producer, self.is_float) for t in self.outputs))
 
 
 def _text(v) -> str:

@@ -8,7 +8,7 @@ the board runtime runs the `.bin` (DESIGN.md, "Numerical contract").
 import copy
 import logging
 from dataclasses import dataclass
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -372,3 +372,38 @@ def with_outputs(model: onnx.ModelProto, tensors: Iterable[str], infos: Optional
 def float_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> List[List[np.ndarray]]:
     sess = session(model)
     return [sess.run(None, feed_for(sess, s)) for s in samples]
+
+
+def float_source(tensor: str, producer: Mapping[str, onnx.NodeProto], is_float: Callable[[str], bool]) -> str:
+    """The tensor accuracy is measured at for ``tensor``: itself when float; for an integer
+    tensor (ArgMax indices, where a cosine of indices means nothing) the float tensor it is
+    computed from, following its producers' first inputs."""
+    seen = set()
+    while not is_float(tensor) and tensor in producer and tensor not in seen:
+        seen.add(tensor)
+        tensor = producer[tensor].input[0]
+    return tensor
+
+
+def scored_tensors(model: onnx.ModelProto) -> List[str]:
+    """Per model output (in order), the tensor its accuracy is measured at (``float_source``);
+    an integer output computed straight from a model input stays itself."""
+    outs = [o.name for o in model.graph.output]
+    if all(o.type.tensor_type.elem_type == TensorProto.FLOAT for o in model.graph.output):
+        return outs                                    # the usual case: no shape inference needed
+    infos = tensor_infos(model)
+    idx = GraphIndex(model)
+
+    def is_float(t: str) -> bool:
+        info = infos.get(t)
+        return info is None or info.is_float
+
+    sources = [float_source(o, idx.producer, is_float) for o in outs]
+    return [o if s in idx.inputs or s in idx.inits else s for o, s in zip(outs, sources)]
+
+
+def scored_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> Tuple[List[str], List[List[np.ndarray]]]:
+    """``scored_tensors(model)`` and their values on each sample."""
+    names = scored_tensors(model)
+    sess = session(with_outputs(model, names))
+    return names, [sess.run(names, feed_for(sess, s)) for s in samples]

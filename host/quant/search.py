@@ -6,7 +6,9 @@ float model: per model output, the cosine similarity averaged over the
 evaluation samples (the first ``search_samples`` calibration samples, 16 by
 default; the seed's tool looks at the first one only, more is steadier); the
 candidate's score is the lowest of its outputs, so one broken output cannot
-hide behind good ones (DESIGN.md). Ties go to the earlier candidate.
+hide behind good ones (DESIGN.md). Ties go to the earlier candidate. An
+integer output (ArgMax indices) is scored at the float tensor it is computed
+from (``graph.scored_tensors``), and the log line names that tensor.
 
 default:
   Step 1: max, max-percentile 0.99995, kl; best >= 0.995 -> done.
@@ -37,7 +39,7 @@ import onnx
 from bpuemu.host.quant.calibrators import KL, MAX, Calibration, Method, ThresholdCache, activation_params, percentile_method
 from bpuemu.host.quant.emit import calibrated_to_fakequant, calibration_nodes, emit_calibrated, emit_quantized
 from bpuemu.common.compare import cosine_similarity as cosine
-from bpuemu.host.quant.graph import GraphIndex, feed_for, float_outputs, session, with_outputs
+from bpuemu.host.quant.graph import GraphIndex, feed_for, scored_outputs, session, with_outputs
 from bpuemu.host.quant.marking import QuantPlan
 from bpuemu.host.quant.params import Candidate, TensorQuant, WeightQuant
 
@@ -56,12 +58,14 @@ class Evaluator:
         self.plan = plan
         self.samples = list(samples)
         self.names = [o.name for o in plan.model.graph.output]
-        self.reference = float_outputs(plan.model, self.samples)
+        scored, self.reference = scored_outputs(plan.model, self.samples)
+        #: integer output -> the float tensor it is scored at
+        self.scored_at = {o: t for o, t in zip(self.names, scored) if o != t}
         self.evaluations = 0
 
     def score_model(self, model: onnx.ModelProto) -> Tuple[float, Dict[str, float]]:
         self.evaluations += 1
-        per_output = output_cosines(self.reference, float_outputs(model, self.samples), self.names)
+        per_output = output_cosines(self.reference, scored_outputs(model, self.samples)[1], self.names)
         return min(per_output.values()), per_output
 
     def score(self, acts: Dict[str, TensorQuant], weights: Dict[str, WeightQuant]) -> Tuple[float, Dict[str, float]]:
@@ -83,6 +87,7 @@ def _try(name: str, acts, weights, evaluator: Evaluator, log: logging.Logger, ca
     cand = Candidate(name, cos, per_output)
     candidates.append(cand)
     detail = "" if len(per_output) < 2 else " (" + ", ".join(f"{k}: {v:.6f}" for k, v in per_output.items()) + ")"
+    detail += "".join(f" (integer output {o} scored at its float input {t})" for o, t in evaluator.scored_at.items())
     log.info("calibration method %s: output cosine similarity %.6f%s", name, cos, detail)
     return cand
 
@@ -176,10 +181,10 @@ def sensitivity_of_nodes(
         groups = {k: v for k, v in groups.items() if k in set(interested_nodes)}
     names = [o.name for o in calibrated.graph.output]
     if reference is None:
-        reference = float_outputs(calibrated_to_fakequant(calibrated, enabled=()), samples)
+        reference = scored_outputs(calibrated_to_fakequant(calibrated, enabled=()), samples)[1]
     out = {}
     for name, enabled in groups.items():
-        per_output = output_cosines(reference, float_outputs(calibrated_to_fakequant(calibrated, enabled), samples), names)
+        per_output = output_cosines(reference, scored_outputs(calibrated_to_fakequant(calibrated, enabled), samples)[1], names)
         out[name] = min(per_output.values())
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
 

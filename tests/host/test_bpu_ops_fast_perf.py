@@ -7,6 +7,8 @@ fall back to the CPU with the reason. --fast-perf, run as a user types it,
 leaves no Quantize/Dequantize/Transpose/Reshape at the model's beginning and
 end (the plan and hb_model_info's deleted nodes say so).
 """
+import logging
+import os
 import subprocess
 import sys
 
@@ -48,7 +50,7 @@ def pow_argmax_model(channels: int = 8, exponent_input: bool = False) -> onnx.Mo
     return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
-def _convert(tmp_path, model: onnx.ModelProto):
+def _convert(tmp_path, model: onnx.ModelProto, calibration_type: str = "max"):
     onnx.save(model, str(tmp_path / "float.onnx"))
     rng = np.random.default_rng(1)
     cal = write_cal_dir(str(tmp_path / "cal"), [rng.integers(0, 256, (1, 3, SIZE, SIZE), dtype=np.uint8) for _ in range(4)])
@@ -56,8 +58,21 @@ def _convert(tmp_path, model: onnx.ModelProto):
            "norm_type": "data_mean_and_scale", "mean_value": "128 128 128", "scale_value": "0.0078125",
            "input_shape": f"1x3x{SIZE}x{SIZE}", "cal_data_dir": cal, "cal_data_type": "uint8"}
     cfg = write_config(str(tmp_path / "config.yaml"), str(tmp_path / "float.onnx"), "pa", str(tmp_path / "out"),
-                       {"data": inp}, calibration={"calibration_type": "max"})
+                       {"data": inp}, calibration={"calibration_type": calibration_type})
     return makertbin_from_config(cfg)
+
+
+def test_default_calibration_scores_an_argmax_output_at_the_float_tensor_it_reads(tmp_path, caplog):
+    """A cosine of ArgMax indices means nothing: the search scores conv2's output instead."""
+    with caplog.at_level(logging.INFO, logger="bpuemu.host.makertbin"):
+        art = _convert(tmp_path, pow_argmax_model(), "default")
+    tried = [m for m in caplog.messages if m.startswith("calibration method ")]
+    assert tried and all(m.endswith("(integer output idx scored at its float input c2)") for m in tried)
+    # measured at c2 max already reaches the 0.995 target (the indices' cosine stayed below it,
+    # so the search went on to steps 2 and 3 and picked per-channel)
+    assert len(tried) == 3 and "Select max method." in caplog.messages
+    assert "Perchannel quantization is enabled." not in caplog.messages
+    assert os.path.exists(art.bin)
 
 
 def _checker_rows(path) -> dict:
