@@ -47,6 +47,11 @@ def model_info_text(models: Sequence[model_pb2.Model], where: str, load_ms: floa
     return "\n".join(out)
 
 
+def _score(value) -> str:
+    """A top-k value as the output holds it: an integer output's (int8, int16, ArgMax) as an integer."""
+    return str(int(value)) if np.issubdtype(np.asarray(value).dtype, np.integer) else f"{float(value):.6f}"
+
+
 def infer_text(model_name: str, outputs: dict, latencies: Sequence[float], top_k: int = 5) -> str:
     out = [f"infer success: model {model_name}"]
     for i, (name, arr) in enumerate(outputs.items()):
@@ -58,7 +63,7 @@ def infer_text(model_name: str, outputs: dict, latencies: Sequence[float], top_k
         flat = arr.reshape(-1)
         if arr.ndim >= 2 and arr.shape[0] == 1 and flat.size == max(arr.shape) and flat.size > 1:
             top = np.argsort(-flat.astype(np.float64), kind="stable")[:top_k]
-            out.append("  top%d: %s" % (len(top), ", ".join(f"{int(k)}:{float(flat[k]):.6f}" for k in top)))
+            out.append("  top%d: %s" % (len(top), ", ".join(f"{int(k)}:{_score(flat[k])}" for k in top)))
     n = len(latencies)
     out.append(f"frame count: {n}, Average latency is: {sum(latencies) / max(n, 1):.6f} ms")
     return "\n".join(out)

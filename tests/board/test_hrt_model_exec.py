@@ -108,6 +108,43 @@ def test_infer_txt_dump_and_random_inputs_through_board(board, rgb_model, scratc
     assert values.shape == (10,) and abs(values.sum() - 1.0) < 1e-3  # a softmax
 
 
+@pytest.fixture(scope="module")
+def int8_output_model(tmp_path_factory) -> str:
+    """A sample CNN without its Softmax, compiled with set_model_output_int8: its logits leave the BPU as int8."""
+    from onnx import TensorProto, helper
+
+    from bpuemu.common.container import write_bin
+    from bpuemu.host import quant
+    from bpuemu.host.compiler.partition import compile_model, featuremap_specs
+    from bpuemu.host.compiler.placement import place
+    from bpuemu.host.samples import calibration_samples, sample_float_model
+
+    f = sample_float_model(16, 16, image_input=False)
+    gemm = f.graph.node[-2]
+    f.graph.node.pop()
+    f.graph.output.pop()
+    f.graph.output.append(helper.make_tensor_value_info(gemm.output[0], TensorProto.FLOAT, [1, 10]))
+    params = quant.calibrate(f, calibration_samples(f, image_input=False), place(f).bpu_nodes, [],
+                             quant.QuantOptions(calibration_type="max", model_output_type="int8"))
+    q = quant.build_quantized_model(f, params, [])
+    compiled = compile_model(q, "int8out", featuremap_specs(q))
+    path = str(tmp_path_factory.mktemp("int8out") / "int8out.bin")
+    write_bin(path, [compiled.model], compiled.blobs)
+    return path
+
+
+def test_infer_prints_the_top5_of_an_int8_output_as_integers(board, int8_output_model, scratch):
+    for extra in ([], _board(board)):
+        result = run_cli(["infer", "--model_file", int8_output_model, *extra], scratch)
+        assert_ok(result)
+        assert re.search(r"output\[0\]: name: \S+, shape: \[1, 10\], dtype: int8, min: -?\d+, max: (-?\d+)", result.stdout)
+        top = re.search(r"top5: (.*)", result.stdout).group(1).split(", ")
+        values = [v.split(":")[1] for v in top]
+        assert len(values) == 5 and all(re.fullmatch(r"-?\d+", v) for v in values), top   # 89, not 89.000000
+        maximum = re.search(r"max: (-?\d+)", result.stdout).group(1)
+        assert values[0] == maximum and [int(v) for v in values] == sorted(map(int, values), reverse=True)
+
+
 # --- model_info ----------------------------------------------------------------
 
 def _tensor_blocks(text: str) -> dict:
