@@ -33,7 +33,7 @@ from bpuemu.board.security import ServerTls, read_token_file
               help="Require client certificates signed by this CA (mTLS); needs --tls-cert.")
 @click.option("--max-model-mb", default=1024, show_default=True, type=click.IntRange(1), help="Largest model upload accepted.")
 @click.option("--max-jobs", default=4, show_default=True, type=click.IntRange(1), help="Infer/perf calls running at once.")
-@click.option("--max-uploads", default=4, show_default=True, type=click.IntRange(1), help="Model uploads in progress at once.")
+@click.option("--max-uploads", default=4, show_default=True, type=click.IntRange(1), help="Uploads of distinct models in progress at once (more uploads of one model wait for the first).")
 @click.option("--max-data-connections", default=64, show_default=True, type=click.IntRange(1),
               help="Open infer data channel connections.")
 @click.option("--max-frame-count", default=1_000_000, show_default=True, type=click.IntRange(1), help="Cap on frame_count.")

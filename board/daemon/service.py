@@ -40,7 +40,7 @@ class BoardService(board_pb2_grpc.BoardServicer):
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidInput("an upload must start with an UploadHeader message")
         h = first.header
-        upload = self.state.store.begin_upload(h.sha256, h.size, h.file_name)
+        upload = self.state.store.begin_upload(h.sha256, h.size, h.file_name, still_wanted=context.is_active)
         if upload is None:
             return board_pb2.UploadReply(sha256=h.sha256, already_present=True)
         committed = False

@@ -34,8 +34,9 @@ class Limits:
     max_jobs: int = 4               # infer + perf calls running at once (RESOURCE_EXHAUSTED)
     max_frame_count: int = 1_000_000  # frame_count of one infer or perf (INVALID_ARGUMENT)
     max_perf_time_minutes: float = 60.0  # perf_time of one perf (INVALID_ARGUMENT)
-    # Uploads in progress at once, over all callers (RESOURCE_EXHAUSTED). Bounds the
-    # store's temporary space to max_uploads x max_model_bytes.
+    # Uploads of distinct models in progress at once, over all callers (RESOURCE_EXHAUSTED);
+    # another upload of a model in progress waits for it. Bounds the store's temporary
+    # space to max_uploads x max_model_bytes.
     max_uploads: int = 4
     # Open data channel connections (RESOURCE_EXHAUSTED at HELLO); each holds a thread.
     max_data_connections: int = 64

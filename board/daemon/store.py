@@ -17,26 +17,38 @@ without its ``.bin``.
 
 At most ``max_uploads`` uploads run at once (over all callers); one more is
 refused with RESOURCE_EXHAUSTED, so the temporary files never take more than
-max_uploads x max_model_bytes.
+max_uploads x max_model_bytes. Uploads of one model share the work: while an
+upload of a SHA-256 runs, another of the same SHA-256 takes no slot and waits
+(leaving its stream unread) until the first ends. If the first published the
+model, the waiter answers "already present"; if it failed (its client died
+mid-stream), the waiter takes over and stores the model from its own stream.
+At most ``WAITERS_PER_SLOT`` x ``max_uploads`` callers wait at once, so one
+model sent by many clients cannot take all the daemon's worker threads.
 """
 import contextlib
 import errno
 import hashlib
 import json
+import logging
 import os
 import re
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import List, Optional
+from typing import Callable, List, Optional
 
 from bpuemu.common.container import decode_bin
-from bpuemu.common.errors import InvalidInput, InvalidModelFile, NotFound, ResourceExhausted
+from bpuemu.common.errors import Cancelled, InvalidInput, InvalidModelFile, NotFound, ResourceExhausted
 
+log = logging.getLogger("bpuemu.board.daemon")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
 _TMP_PREFIX = ".upload-"
 #: write() errors that mean "no room for this model here".
 _NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+#: How often a caller waiting for another upload of its model checks that it is still wanted.
+_WAIT_POLL_S = 0.2
+#: Callers that may wait for other uploads of their model, per upload slot.
+WAITERS_PER_SLOT = 4
 
 
 def display_file_name(name) -> str:
@@ -100,7 +112,7 @@ class Upload:
     def _release(self) -> None:
         if self._holds_slot:
             self._holds_slot = False
-            self.store._upload_slots.release()
+            self.store._end_upload(self.sha256)
 
     def commit(self) -> None:
         try:
@@ -148,6 +160,8 @@ class ModelStore:
         self._upload_slots = threading.BoundedSemaphore(max_uploads)
         os.makedirs(self.root, exist_ok=True)
         self._lock = threading.Lock()
+        self._in_progress = {}  # sha -> Event set when its one running upload ends (published or not)
+        self._waiting = 0
         names = set(os.listdir(self.root))
         for name in names:  # uploads a crash left behind, and metadata whose model never got published
             sha, ext = os.path.splitext(name)
@@ -170,19 +184,61 @@ class ModelStore:
         except FileNotFoundError:
             raise NotFound(f"model {sha[:12]}... is not on this board", hint="upload it first (clients do this for you)") from None
 
-    def begin_upload(self, sha: str, size: int, file_name: str) -> Optional[Upload]:
-        """An Upload, or None when the board already has this model."""
+    def begin_upload(self, sha: str, size: int, file_name: str,
+                     still_wanted: Callable[[], bool] = lambda: True) -> Optional[Upload]:
+        """An Upload, or None when the board already has this model.
+
+        While another upload of ``sha`` runs, wait for it (polling ``still_wanted``,
+        e.g. "the caller has not gone"): None once it published the model, else
+        this caller takes over.
+        """
         check_sha(sha)
         if size > self.max_model_bytes:
             raise ResourceExhausted(f"model of {size} bytes is over this board's limit of {self.max_model_bytes} bytes")
         if size <= 0:
             raise InvalidModelFile(f"upload of {sha[:12]} announces {size} bytes")
-        if self.has(sha):
-            return None
+        while True:
+            with self._lock:
+                if self.has(sha):
+                    return None
+                running = self._in_progress.get(sha)
+                if running is None:
+                    self._take_slot(sha)
+                    break
+                self._start_waiting(sha)
+            log.info("upload of %s waits for the one of the same model in progress", sha[:12])
+            try:
+                self._wait_for(running, sha, still_wanted)
+            finally:
+                with self._lock:
+                    self._waiting -= 1
+        return Upload(self, sha, size, file_name)
+
+    def _take_slot(self, sha: str) -> None:
+        """Under self._lock: claim an upload slot for sha, or refuse."""
         if not self._upload_slots.acquire(blocking=False):
             raise ResourceExhausted(f"board is busy: {self.max_uploads} uploads already in progress; upload of {sha[:12]} refused",
                                     hint="retry later, or start hrt_boardd with a larger --max-uploads")
-        return Upload(self, sha, size, file_name)
+        self._in_progress[sha] = threading.Event()
+
+    def _start_waiting(self, sha: str) -> None:
+        """Under self._lock: count one more caller waiting for another upload of sha, or refuse."""
+        if self._waiting >= WAITERS_PER_SLOT * self.max_uploads:
+            raise ResourceExhausted(f"board is busy: {self._waiting} uploads already waiting for the same models; "
+                                    f"upload of {sha[:12]} refused", hint="retry later")
+        self._waiting += 1
+
+    @staticmethod
+    def _wait_for(running: threading.Event, sha: str, still_wanted: Callable[[], bool]) -> None:
+        while not running.wait(_WAIT_POLL_S):
+            if not still_wanted():
+                raise Cancelled(f"upload of {sha[:12]} cancelled while waiting for another upload of the same model")
+
+    def _end_upload(self, sha: str) -> None:
+        """An upload of sha ended (published or dropped): free its slot and wake its waiters."""
+        with self._lock:
+            self._in_progress.pop(sha).set()
+            self._upload_slots.release()
 
     def list(self) -> List[StoredModel]:
         out = []

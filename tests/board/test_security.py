@@ -20,7 +20,7 @@ from bpuemu.board.daemon.datachannel import DataChannelServer
 from bpuemu.board.daemon.state import BoardState, Limits
 from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.board.security import TlsConfig
-from bpuemu.common.container import read_bin, sha256_hex, write_bin
+from bpuemu.common.container import file_sha256, read_bin, sha256_hex, write_bin
 from bpuemu.common.errors import BoardUnavailable, Cancelled, InvalidInput, NotFound, ResourceExhausted, Unauthenticated
 from bpuemu.common.proto import board_pb2, board_pb2_grpc, model_pb2
 from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, INFER, REPLY, TOKEN_METADATA_KEY, pack_frame, read_frame
@@ -428,6 +428,109 @@ def test_concurrent_uploads_over_the_limit_are_refused(start_daemon, rgb_model, 
         release.set()
         channel.close()
     assert_daemon_serves(d, rgb_model.path, rgb_model.x)
+
+
+def _upload_files(model_dir) -> list:
+    return [f for f in os.listdir(model_dir) if f.startswith(".upload-")]
+
+
+def _held_upload(sha: str, data: bytes, release: threading.Event, size: int = 0):
+    """An upload stream that sends half the model, then waits for `release` before the rest."""
+    yield board_pb2.UploadChunk(header=board_pb2.UploadHeader(sha256=sha, size=size or len(data), file_name="held.bin"))
+    yield board_pb2.UploadChunk(data=data[:len(data) // 2])
+    release.wait(30)
+    yield board_pb2.UploadChunk(data=data[len(data) // 2:])
+
+
+def _uploads_in_threads(d, path: str, n: int):
+    """Start n clients uploading the file at once; returns (threads, outcomes: index -> reply or error)."""
+    outcomes = {}
+
+    def upload(i):
+        try:
+            with d.client() as c:
+                outcomes[i] = c.upload(path)
+        except BaseException as exc:  # noqa: BLE001 - inspected by the caller
+            outcomes[i] = exc
+
+    threads = [threading.Thread(target=upload, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    return threads, outcomes
+
+
+def _waiting(d, sha: str) -> int:
+    return d.log().count(f"upload of {sha[:12]} waits for the one of the same model in progress")
+
+
+def test_uploads_of_one_model_share_one_slot(start_daemon, rgb_model, tmp_path):
+    """N+1 clients sending the same model with --max-uploads N all succeed; distinct models still hit the limit."""
+    n = 2
+    d = start_daemon("--max-uploads", str(n))
+    with open(rgb_model.path, "rb") as f:
+        data = f.read()
+    sha = file_sha256(rgb_model.path)
+    release_first, release_other = threading.Event(), threading.Event()
+    channel = d.channel()
+    try:
+        stub = board_pb2_grpc.BoardStub(channel)
+        first = stub.UploadModel.future(_held_upload(sha, data, release_first), timeout=30)
+        assert wait_until(lambda: len(_upload_files(d.model_dir)) == 1, timeout=10)
+        # A different model takes the second slot and stays in progress.
+        other = stub.UploadModel.future(_held_upload("ab" * 32, data, release_other, size=2 * len(data)), timeout=30)
+        assert wait_until(lambda: len(_upload_files(d.model_dir)) == 2, timeout=10)
+        threads, outcomes = _uploads_in_threads(d, rgb_model.path, n)
+        assert wait_until(lambda: _waiting(d, sha) == n, timeout=10), d.log()
+        # Waiting uploads take no slot: two distinct models run, so a third distinct one is refused.
+        with d.client() as c:
+            with pytest.raises(ResourceExhausted, match=f"{n} uploads already in progress"):
+                c.upload(_variant(rgb_model.path, tmp_path, 1))
+        assert len(_upload_files(d.model_dir)) == 2, "a waiting upload wrote a temporary file"
+        release_first.set()
+        assert first.result(timeout=20).bytes_received == len(data)
+        for t in threads:
+            t.join(20)
+        assert all(isinstance(r, board_pb2.UploadReply) and r.already_present for r in outcomes.values()), outcomes
+        assert len(outcomes) == n
+        other.cancel()
+    finally:
+        release_first.set()
+        release_other.set()
+        channel.close()
+    assert wait_until(lambda: not _upload_files(d.model_dir), timeout=10)
+    assert d.store_files() == sorted([sha + ".bin", sha + ".json"])
+    assert_daemon_serves(d, rgb_model.path, rgb_model.x)
+
+
+def test_upload_waiting_for_a_dead_uploader_takes_over(start_daemon, rgb_model, tmp_path):
+    """The first uploader of a model dies mid-stream: one waiter stores the model from its own stream."""
+    n = 3
+    d = start_daemon("--max-uploads", "1")
+    path = _variant(rgb_model.path, tmp_path, 2)
+    with open(path, "rb") as f:
+        data = f.read()
+    sha = file_sha256(path)
+    release = threading.Event()
+    channel = d.channel()
+    try:
+        first = board_pb2_grpc.BoardStub(channel).UploadModel.future(_held_upload(sha, data, release), timeout=30)
+        assert wait_until(lambda: len(_upload_files(d.model_dir)) == 1, timeout=10)
+        threads, outcomes = _uploads_in_threads(d, path, n)
+        assert wait_until(lambda: _waiting(d, sha) == n, timeout=10), d.log()
+        first.cancel()  # the first client goes away with half the model sent
+        for t in threads:
+            t.join(30)
+    finally:
+        release.set()
+        channel.close()
+    assert len(outcomes) == n and all(isinstance(r, board_pb2.UploadReply) for r in outcomes.values()), outcomes
+    stored = [r for r in outcomes.values() if not r.already_present]
+    assert len(stored) == 1 and stored[0].bytes_received == len(data), outcomes
+    assert wait_until(lambda: not _upload_files(d.model_dir), timeout=10)
+    assert d.store_files() == sorted([sha + ".bin", sha + ".json"])
+    with open(os.path.join(d.model_dir, sha + ".bin"), "rb") as f:
+        assert f.read() == data
+    assert_daemon_serves(d, path, rgb_model.x)
 
 
 def test_infer_is_refused_while_all_job_slots_run_perf(start_daemon, rgb_model):
