@@ -7,7 +7,7 @@
   gathered into one ``tls`` argument (a TlsConfig, or None);
 * ``token_option``       -- --token-file, gathered into ``token`` (else $BPUEMU_TOKEN);
 * ``ssh_login_options``  -- -p/--password, --identity, --known-hosts,
-  --accept-new-host-key, --remote-command, gathered into ``ssh_settings``;
+  --accept-new-host-key, --remote-command, --remote-tmp, gathered into ``ssh_settings``;
 * ``typed_flags``/``refuse`` -- a flag the user typed that cannot apply is a
   usage error naming it;
 * ``BOOL`` and ``GflagsCommand`` -- the seed's gflags-style command lines:
@@ -186,17 +186,17 @@ CONNECTION_HINTS = {
 #: Parameters that only mean something for a board running hrt_boardd (gRPC) ...
 GRPC_PARAMS = ("token_file", "tls_ca", "tls_cert", "tls_key", "tls_server_name")
 #: ... and for a board reached over SSH.
-SSH_PARAMS = ("username", "password", "identity", "known_hosts", "accept_new_host_key", "remote_command")
+SSH_PARAMS = ("username", "password", "identity", "known_hosts", "accept_new_host_key", "remote_command", "remote_tmp")
 
 
 def ssh_login_options(f):
     """How to log in to a board over SSH, gathered into ``ssh_settings`` (the ssh transport's settings)."""
 
     @functools.wraps(f)
-    def wrapper(*args, password, identity, known_hosts, accept_new_host_key, remote_command, **kwargs):
+    def wrapper(*args, password, identity, known_hosts, accept_new_host_key, remote_command, remote_tmp, **kwargs):
         kwargs["ssh_settings"] = dict(password=password or None, identity=identity or None,
                                       known_hosts=known_hosts or None, accept_new_host_key=accept_new_host_key,
-                                      remote_command=remote_command)
+                                      remote_command=remote_command, remote_tmp=remote_tmp)
         return f(*args, **kwargs)
 
     return _apply(wrapper, [
@@ -209,6 +209,9 @@ def ssh_login_options(f):
                      help="Trust and record a board host key that known_hosts lacks (a changed key is always refused)."),
         click.option("--remote-command", "remote_command", default="hrt_model_exec", show_default=True,
                      help="How to run hrt_model_exec on the board."),
+        click.option("--remote-tmp", "remote_tmp", default="/tmp", show_default=True, metavar="DIR",
+                     help="Directory on the board where each session's work dir is made (for a board whose /tmp "
+                          "is small or noexec)."),
     ])
 
 

@@ -75,6 +75,10 @@ class Sshd:
         self.known_hosts = os.path.join(self.workdir, "known_hosts")
         self.config = os.path.join(self.workdir, "sshd_config")
         self.log_path = os.path.join(self.workdir, "sshd.log")
+        # The board's tmp dir (--remote-tmp): this harness's own, so test runs sharing the
+        # machine never see, or sweep, each other's work dirs in /tmp.
+        self.remote_tmp = os.path.join(self.workdir, "board_tmp")
+        os.makedirs(self.remote_tmp, exist_ok=True)
         self.proc: Optional[subprocess.Popen] = None
         self.port = 0
         host_pub = keygen(self.host_key)
@@ -193,9 +197,9 @@ class Sshd:
     def cli_args(self, *extra: str, identity: Optional[str] = None, known_hosts: Optional[str] = None) -> List[str]:
         """hrt_model_exec --ssh arguments that reach this sshd as root with the user key."""
         return ["--ssh", self.target, "--identity", identity or self.user_key, "--known-hosts",
-                known_hosts or self.known_hosts, "--remote-command", REMOTE_COMMAND, *extra]
+                known_hosts or self.known_hosts, "--remote-command", REMOTE_COMMAND, "--remote-tmp", self.remote_tmp,
+                *extra]
 
-
-def work_dirs(base: str = "/tmp") -> set:
-    """The SSH transport's work dirs currently on the (loopback) board."""
-    return {d for d in os.listdir(base) if d.startswith("bpuemu-ssh-")}
+    def work_dirs(self) -> set:
+        """The SSH transport's work dirs currently on the (loopback) board, as paths."""
+        return {os.path.join(self.remote_tmp, d) for d in os.listdir(self.remote_tmp) if d.startswith("bpuemu-ssh-")}

@@ -29,7 +29,7 @@ from bpuemu.common.exec_json import read_document
 from bpuemu.common.version import EXEC_JSON_VERSION
 from bpuemu.host.clients.ssh import SshBackend, parse_target
 
-from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable, work_dirs
+from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable
 
 pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
 
@@ -119,11 +119,11 @@ def test_hrt_model_exec_infer_over_ssh_is_identical_to_local(sshd, models, tmp_p
     for where, extra in (("local", []), ("ssh", sshd.cli_args())):
         cwd = tmp_path / where
         cwd.mkdir()
-        before = work_dirs()
+        before = sshd.work_dirs()
         result = run_cli(["infer", "--model_file", model, "--enable_dump", "true", "--dump_format", "txt",
                           "--dump_intermediate", "1", *extra], cwd)
         assert_ok(result)
-        assert not work_dirs() - before, "a work dir was left on the board"
+        assert not sshd.work_dirs() - before, "a work dir was left on the board"
         outs[where] = result
     def strip(where):  # latency differs run to run, and each run dumps into its own cwd
         text = outs[where].stdout.replace(str(tmp_path / where), "CWD")
@@ -235,10 +235,10 @@ def test_unreachable_board(models, tmp_path):
 def test_board_without_hrt_model_exec(sshd, models, tmp_path):
     args = ["infer", "--model_file", models["rgb"], *sshd.cli_args()]
     args[args.index(REMOTE_COMMAND)] = "hrt_model_exec_is_not_installed_here"
-    before = work_dirs()
+    before = sshd.work_dirs()
     assert_one_error(run_cli(args, tmp_path), "lacks hrt_model_exec", "hrt_model_exec_is_not_installed_here",
                      ignore=RANDOM_NOTE)
-    assert not work_dirs() - before  # cleaned up after the failure too (earlier dead sessions' may go too)
+    assert not sshd.work_dirs() - before  # cleaned up after the failure too (earlier dead sessions' may go too)
 
 
 def test_board_dying_mid_run(sshd, models, tmp_path):
@@ -253,10 +253,10 @@ def test_board_dying_mid_run(sshd, models, tmp_path):
         """)
     args = ["infer", "--model_file", models["rgb"], *sshd.cli_args()]
     args[args.index(REMOTE_COMMAND)] = die
-    before = work_dirs()
+    before = sshd.work_dirs()
     assert_one_error(run_cli(args, tmp_path), "lost during infer", ignore=RANDOM_NOTE)
-    for leftover in work_dirs() - before:  # a dead board cannot clean up; we can, it is loopback
-        shutil.rmtree(os.path.join("/tmp", leftover), ignore_errors=True)  # (or the next session removes it)
+    for leftover in sshd.work_dirs() - before:  # a dead board cannot clean up; we can, it is loopback
+        shutil.rmtree(leftover, ignore_errors=True)  # (or the next session removes it)
     assert sshd.proc.poll() is None, "only the session died, not sshd"
 
 

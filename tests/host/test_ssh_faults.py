@@ -15,7 +15,7 @@ import time
 
 import pytest
 
-from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable, work_dirs
+from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable
 from fault_proxy import FaultProxy  # noqa: E402 (tests/board is on sys.path through sshd_harness)
 
 pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
@@ -60,7 +60,7 @@ def proxy(sshd, tmp_path):
 
 def _ssh_args(sshd, proxy) -> list:
     return ["--ssh", proxy.target, "--identity", sshd.user_key, "--known-hosts", proxy.known_hosts,
-            "--remote-command", REMOTE_COMMAND]
+            "--remote-command", REMOTE_COMMAND, "--remote-tmp", sshd.remote_tmp]
 
 
 def _cli(args, cwd):
@@ -95,10 +95,10 @@ def _result(proc):
     return CliResult(proc.returncode, out, err)
 
 
-def _new_work_dir(before: set) -> str:
+def _new_work_dir(sshd, before: set) -> str:
     """The path of the work dir this session made (it holds its .owner file)."""
-    new = [d for d in work_dirs() - before if os.path.exists(os.path.join("/tmp", d, ".owner"))]
-    return os.path.join("/tmp", new[0]) if len(new) == 1 else ""
+    new = [d for d in sshd.work_dirs() - before if os.path.exists(os.path.join(d, ".owner"))]
+    return new[0] if len(new) == 1 else ""
 
 
 def _pid_alive(pid: int) -> bool:
@@ -129,9 +129,9 @@ def test_connection_cut_mid_model_upload(sshd, proxy, model, tmp_path, cut):
     proxy.up_rate = 3000  # the 10 KB model takes seconds to upload: the cut lands mid-SFTP
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    before = work_dirs()
+    before = sshd.work_dirs()
     cli = _cli(["infer", "--model_file", model, "--enable_dump", "true", *_ssh_args(sshd, proxy)], cwd)
-    left = _wait_for(lambda: _new_work_dir(before))
+    left = _wait_for(lambda: _new_work_dir(sshd, before))
     uploading = os.path.join(left, "0_fault.bin")
     _wait_for(lambda: os.path.exists(uploading) and 0 < os.path.getsize(uploading))
     if cut == "network_reset":
@@ -156,12 +156,12 @@ def test_connection_reset_while_downloading_results(sshd, proxy, model, tmp_path
     proxy.down_rate = 4000  # the many intermediate dumps take seconds to come back
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    before = work_dirs()
+    before = sshd.work_dirs()
     args = ["infer", "--model_file", model, "--enable_dump", "true", "--dump_intermediate", "1",
             *_ssh_args(sshd, proxy)]
     args[args.index(REMOTE_COMMAND)] = str(wrapper)
     cli = _cli(args, cwd)
-    left = _wait_for(lambda: _new_work_dir(before))
+    left = _wait_for(lambda: _new_work_dir(sshd, before))
     _wait_for(marker.exists, timeout=60)
     time.sleep(0.3)  # the exit status is through; the downloads have begun
     proxy.reset_all()

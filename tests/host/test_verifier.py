@@ -150,7 +150,7 @@ def test_three_way_pass_over_ssh(samples, sshd, tmp_path):
     s = samples["rgb"]
     result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "-u", "root", "--identity",
                           sshd.user_key, "--known-hosts", sshd.known_hosts, "--remote-command", REMOTE_COMMAND,
-                          "-s", "True", "-r", "True"], tmp_path)
+                          "--remote-tmp", sshd.remote_tmp, "-s", "True", "-r", "True"], tmp_path)
     assert_ok(result)
     assert verdicts(result.stdout) == {"Quanti.onnx and Arm": "PASSED", "Quanti.onnx and Sim": "PASSED",
                                        "Arm and Sim": "PASSED"}
@@ -321,20 +321,19 @@ def test_ssh_board_dying_mid_run(samples, sshd, tmp_path):
     import shutil
     import stat
 
-    from sshd_harness import work_dirs
-
     die = tmp_path / "dying_board.sh"
     die.write_text("#!/bin/sh\np=$$\nwhile [ \"$p\" -gt 1 ]; do\n  p=$(awk '{print $4}' /proc/$p/stat)\n"
                    "  if [ \"$(cat /proc/$p/comm)\" = sshd ]; then kill -KILL \"$p\"; exit 0; fi\ndone\n")
     die.chmod(die.stat().st_mode | stat.S_IXUSR)
     s = samples["rgb"]
-    before = work_dirs()
+    before = sshd.work_dirs()
     result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", sshd.address, "--identity", sshd.user_key,
-                          "--known-hosts", sshd.known_hosts, "--remote-command", str(die), "-s", "True"], tmp_path)
+                          "--known-hosts", sshd.known_hosts, "--remote-command", str(die), "--remote-tmp", sshd.remote_tmp,
+                          "-s", "True"], tmp_path)
     assert_one_error(result, "lost during infer", sshd.address)
     assert "Strict check" not in result.stdout
-    for leftover in work_dirs() - before:
-        shutil.rmtree(os.path.join("/tmp", leftover))
+    for leftover in sshd.work_dirs() - before:
+        shutil.rmtree(leftover)
 
 
 def test_ssh_authentication_failure(samples, sshd, tmp_path):
@@ -428,7 +427,7 @@ def test_seed_line_with_user_and_password_verifies_over_ssh(samples, tmp_path_fa
     try:
         s = samples["rgb"]
         # Beyond the seed's flags: this test's own known_hosts and where hrt_model_exec lives on this "board".
-        local = ["--known-hosts", server.known_hosts, "--remote-command", REMOTE_COMMAND]
+        local = ["--known-hosts", server.known_hosts, "--remote-command", REMOTE_COMMAND, "--remote-tmp", server.remote_tmp]
         result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", server.address, "-s", "True", "-u", "root",
                               "-p", "bpuemu-board-pw", *local], tmp_path)
         assert_ok(result)
@@ -446,7 +445,8 @@ def test_a_board_list_mixes_ssh_and_grpc_boards(samples, sshd, board, tmp_path):
     boards = tmp_path / "boards.txt"
     boards.write_text(f"# the lab\nssh://{sshd.address}\ngrpc://{board.target}\n")
     result = hb_verifier(["-m", f"{s.quanti},{s.bin}", "-b", f"@{boards}", "-s", "True", "--identity", sshd.user_key,
-                          "--known-hosts", sshd.known_hosts, "--remote-command", REMOTE_COMMAND], tmp_path)
+                          "--known-hosts", sshd.known_hosts, "--remote-command", REMOTE_COMMAND,
+                          "--remote-tmp", sshd.remote_tmp], tmp_path)
     assert_ok(result)
     assert f"board {sshd.target} over SSH (" in result.stdout and f"board {board.target} (" in result.stdout
     assert "FAILED" not in result.stdout
@@ -456,6 +456,7 @@ def test_a_board_list_mixes_ssh_and_grpc_boards(samples, sshd, board, tmp_path):
     (["-b", "grpc://127.0.0.1:1", "-u", "root"], "--username"),
     (["-b", "grpc://127.0.0.1:1", "-p", "secret"], "--password"),
     (["-s", "True", "--identity", "id_key"], "--identity"),
+    (["-b", "grpc://127.0.0.1:1", "--remote-tmp", "/data/tmp"], "--remote-tmp"),
     (["-b", "127.0.0.1:22", "--token-file", "board.token"], "--token-file"),
     (["-b", "10.0.0.1", "--tls-ca", "ca.pem"], "--tls-ca"),
     (["-b", "http://10.0.0.1"], "http://10.0.0.1"),
