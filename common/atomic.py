@@ -35,6 +35,7 @@ exact point of a run. Every Staging has two: ``<label>:publish`` (all
 written, nothing renamed) and ``<label>:publishing`` (after the first rename).
 """
 import contextlib
+import functools
 import fcntl
 import logging
 import os
@@ -66,18 +67,22 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+@functools.lru_cache(maxsize=1)
+def _umask() -> int:
+    """The process's umask, read once (without setting it, which would race other threads)."""
+    try:
+        with open("/proc/self/status") as f:
+            return next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
+    except (OSError, StopIteration, ValueError):
+        return 0o022
+
+
 def _new_file_mode(path: str) -> int:
     """The mode a plain open() would give ``path``: the old file's, or 0o666 minus the umask."""
     try:
         return os.stat(path).st_mode & 0o7777
     except OSError:
-        pass
-    try:
-        with open("/proc/self/status") as f:
-            umask = next(int(line.split()[1], 8) for line in f if line.startswith("Umask:"))
-    except (OSError, StopIteration, ValueError):
-        umask = 0o022
-    return 0o666 & ~umask
+        return 0o666 & ~_umask()
 
 
 @contextlib.contextmanager

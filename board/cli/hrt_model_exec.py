@@ -32,15 +32,13 @@ HINTS = {**CONNECTION_HINTS, "model_name": "pass --model_name NAME", "model_file
          "ssh_login": "check the user (USER@ in --ssh), the password (-p) or the key (--identity)"}
 
 
-def _farm(board, ssh):
+def _farm(board):
     """The boards of --board when it names several (a farm), else None."""
     if not board or ("," not in board and not board.lstrip().startswith("@")):
         return None
     from bpuemu.board.farm import parse_boards
 
-    boards = parse_boards(board)
-    if ssh is not None:
-        raise click.UsageError("--ssh takes one board; several boards are for --board (gRPC)")
+    boards = parse_boards(board)  # --ssh with --board is refused by the ssh option group already
     return boards if len(boards) > 1 else None
 
 
@@ -106,7 +104,7 @@ def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json)
     """Print input and output tensor properties."""
     from bpuemu.board.cli.hrt_model_exec_text import model_info_text
 
-    boards = _farm(board, ssh)
+    boards = _farm(board)
     _one_board_for_json(boards, as_json)
     if boards:
         from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd
@@ -147,7 +145,7 @@ def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, f
                                        dump_txt_axis) if dump_intermediate else {}
         return outputs, inter
 
-    boards = _farm(board, ssh)
+    boards = _farm(board)
     _one_board_for_json(boards, as_json)
     if boards:
         from bpuemu.board.farm import profile_dir
@@ -199,7 +197,7 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
                         core_id=core_id, profile=bool(profile_path))
-    boards = _farm(board, ssh)
+    boards = _farm(board)
     _one_board_for_json(boards, as_json)
     if boards:
         from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd

@@ -36,7 +36,7 @@ def run_frames(model: LoadedModel, inputs: Sequence[np.ndarray], frame_count: in
     result = None
     for i in range(frames):
         t0 = time.perf_counter()
-        result = model.run(list(inputs), keep_intermediate=dump_intermediate and i == frames - 1)
+        result = model.run(inputs, keep_intermediate=dump_intermediate and i == frames - 1)
         latencies.append((time.perf_counter() - t0) * 1e3)
         if on_frame is not None:
             on_frame()

@@ -21,6 +21,7 @@ import numpy as np
 from bpuemu.common.errors import InvalidModelFile
 from bpuemu.common.input_types import FUSABLE_RT_TYPES, INPUT_TYPES_RT, preprocess_output_type
 from bpuemu.common.proto import model_pb2
+from bpuemu.common.tensor import WIRE_DTYPES
 
 Kind = model_pb2.PlanStep
 
@@ -45,10 +46,7 @@ def check_input_spec(model: model_pb2.Model, spec: model_pb2.InputSpec) -> None:
     name = spec.name[:80]
     if spec.input_type_rt not in INPUT_TYPES_RT:
         raise _bad(model, f"input '{name}' has unknown input_type_rt '{spec.input_type_rt[:40]}'")
-    try:
-        dtype = np.dtype(spec.model_dtype or "float32")
-    except TypeError:
-        dtype = None
+    dtype = WIRE_DTYPES.get(spec.model_dtype or "float32")  # a closed list: numpy parses any text as a record format
     if dtype is None or dtype.kind not in "iuf":
         raise _bad(model, f"input '{name}' has model_dtype '{spec.model_dtype[:40]}', not a numeric type")
     shape = list(spec.model_shape)

@@ -15,9 +15,8 @@ import logging
 import click
 
 from bpuemu.common.version import __version__
-from bpuemu.board.cli.edge import print_error, run
-from bpuemu.board.cli.logs import setup_logging
-from bpuemu.board.cli.options import version_option
+from bpuemu.board.cli.edge import print_error
+from bpuemu.host.cli import run, setup_logging, version_option
 
 log = logging.getLogger("bpuemu.host")
 

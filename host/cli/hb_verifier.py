@@ -69,21 +69,6 @@ def split_boards(values) -> Tuple[List[str], List[str]]:
     return ssh, grpc
 
 
-class _Bar:
-    """tqdm on stderr, as the seed's "Compare progress" bar."""
-
-    def __init__(self, total: int):
-        from tqdm import tqdm
-
-        self.bar = tqdm(total=total, desc="Compare progress", file=sys.stderr, ascii=True, leave=True)
-
-    def update(self, n: int = 1) -> None:
-        self.bar.update(n)
-
-    def close(self) -> None:
-        self.bar.close()
-
-
 def _boards_by_transport(f):
     """Split -b into SSH and gRPC boards and refuse the flags that apply to neither kind given.
 
@@ -148,7 +133,10 @@ def cli(model, ssh_boards, grpc_boards, run_sim, input_img, digits, dump_all, us
                             boards=[SSH_SCHEME + b for b in ssh_boards] + [GRPC_SCHEME + b for b in grpc_boards],
                             ssh=ssh, token=token, tls=tls, input_files=input_img, seed=seed, digits=digits,
                             dump_all=dump_all, lsb=lsb)
-    report = verify(options, echo=click.echo, progress=_Bar)
+    from tqdm import tqdm
+
+    bar = functools.partial(tqdm, desc="Compare progress", file=sys.stderr, ascii=True, leave=True)  # the seed's bar
+    report = verify(options, echo=click.echo, progress=lambda total: bar(total=total))
     if json_path:
         report.write_json(json_path)
     failed = [p.source for p in report.pairs if not p.passed]

@@ -32,18 +32,28 @@ def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0, echo: O
     port_file = os.path.join(model_dir, "port")
     if os.path.exists(port_file):
         os.unlink(port_file)
-    log = open(log_path, "w")
     args = ["hrt_boardd", "--listen", "127.0.0.1:0", "--model-dir", model_dir, "--port-file", port_file, *extra_args]
     if echo is not None:
         echo("$ " + shlex.join(args) + " &")
-    proc = subprocess.Popen([console_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT,
-                            stdin=subprocess.DEVNULL)
+    with open(log_path, "w") as log:  # the daemon keeps its own copy of the descriptor
+        proc = subprocess.Popen([console_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
         if proc.poll() is not None:
             raise BoardUnavailable(f"hrt_boardd exited with code {proc.returncode}; see {log_path}")
-        if os.path.exists(port_file) and open(port_file).read().strip():
-            return proc, f"127.0.0.1:{open(port_file).read().strip()}"
+        port = _read_port(port_file)
+        if port:
+            return proc, f"127.0.0.1:{port}"
         time.sleep(0.05)
     proc.kill()
     raise BoardUnavailable(f"hrt_boardd did not start within {timeout_s:.0f} s; see {log_path}")
+
+
+def _read_port(port_file: str) -> str:
+    """The port hrt_boardd wrote (atomically), or "" before it has."""
+    try:
+        with open(port_file) as f:
+            return f.read().strip()
+    except FileNotFoundError:
+        return ""

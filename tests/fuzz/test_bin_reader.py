@@ -131,4 +131,3 @@ def test_the_properties_see_a_valid_file_as_valid(sample_bins):
         data = f.read()
     assert _decode_bounded(data) is not None
     _load_everywhere(data)
-    assert np.frombuffer(data[:8], np.uint8).tobytes() == MAGIC

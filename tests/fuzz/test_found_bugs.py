@@ -34,6 +34,9 @@ def test_a_manifest_with_no_model_is_refused(sample_bins):
     (lambda m: m.models[0].input_specs[0].model_shape.__setitem__(2, 1 << 30), "model_shape"),
     (lambda m: m.models[0].plan[2].perm.extend([0, 0]), "not a permutation"),
     (lambda m: m.models[0].output_tensors.__setitem__(0, "gone"), "produced by no step"),
+    # numpy reads these as record formats and raised ValueError (an internal error), not a damaged-file error
+    (lambda m: setattr(m.models[0].input_specs[0], "model_dtype", "i4,i4,(-1)f"), "not a numeric type"),
+    (lambda m: setattr(m.models[0].input_specs[0], "model_dtype", "i4,(99999999999)f8"), "not a numeric type"),
 ])
 def test_an_inconsistent_plan_is_refused_at_load(sample_bins, edit, words):
     from bpuemu.board.runtime import Runtime

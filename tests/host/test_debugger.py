@@ -248,7 +248,7 @@ def test_bad_input_is_one_clear_line(det, tmp_path, args, message):
     assert len(errors) == 1, run.stderr
 
 
-def test_blank_outputs_are_named_in_the_summary():
+def test_blank_samples_are_counted_and_masked_per_output():
     from types import SimpleNamespace
 
     from bpuemu.host.debugger.runall import blank_samples
