@@ -37,6 +37,7 @@ import threading
 from dataclasses import dataclass
 from typing import Callable, List, Optional
 
+from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.container import decode_bin
 from bpuemu.common.errors import Cancelled, InvalidInput, InvalidModelFile, NotFound, ResourceExhausted
 
@@ -133,11 +134,8 @@ class Upload:
             )
         with open(self.tmp_path, "rb") as f:
             decode_bin(f.read(), source=self.file_name or self.sha256[:12])  # refuse non-models before publishing
-        self._meta_tmp = self.tmp_path + ".json"
-        with self._disk("describing"):
-            with open(self._meta_tmp, "w") as f:
-                json.dump({"file_name": self.file_name}, f)
-        os.replace(self._meta_tmp, self.store.meta_path(self.sha256))  # the name only shows once the model does
+        with self._disk("describing"):  # the name first: it only shows once the model does
+            write_file_atomic(self.store.meta_path(self.sha256), json.dumps({"file_name": self.file_name}))
         os.replace(self.tmp_path, self.store.path(self.sha256))
 
     def abort(self) -> None:
@@ -147,9 +145,8 @@ class Upload:
             pass  # flushing the rest of a failed upload (a full disk again): the file goes anyway
         finally:
             self._release()
-            for path in (self.tmp_path, getattr(self, "_meta_tmp", "")):
-                if path and os.path.exists(path):
-                    os.unlink(path)
+            if os.path.exists(self.tmp_path):
+                os.unlink(self.tmp_path)
 
 
 class ModelStore:
@@ -165,7 +162,8 @@ class ModelStore:
         names = set(os.listdir(self.root))
         for name in names:  # uploads a crash left behind, and metadata whose model never got published
             sha, ext = os.path.splitext(name)
-            if name.startswith(_TMP_PREFIX) or (ext == ".json" and _SHA_RE.match(sha) and sha + ".bin" not in names):
+            partial = name.startswith(_TMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))  # write_file_atomic's
+            if partial or (ext == ".json" and _SHA_RE.match(sha) and sha + ".bin" not in names):
                 os.unlink(os.path.join(self.root, name))
 
     def path(self, sha: str) -> str:
