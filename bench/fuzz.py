@@ -30,6 +30,7 @@ FUZZ = os.path.join(HERE, os.pardir, "tests", "fuzz")
 sys.path.insert(0, FUZZ)
 
 from hypothesis import HealthCheck, given, settings  # noqa: E402
+from hypothesis import seed as hypothesis_seed  # noqa: E402
 
 BATCH = 200
 
@@ -111,7 +112,7 @@ def run_for(strategy, check, seconds: float, seed: int):
     while time.monotonic() < end:
         test = settings(max_examples=BATCH, deadline=None, database=None, derandomize=False,
                         suppress_health_check=list(HealthCheck))(given(strategy)(counted))
-        test = settings_seed(test, seed * 100003 + batch)
+        test = hypothesis_seed(seed * 100003 + batch)(test)
         batch += 1
         try:
             test()
@@ -119,12 +120,6 @@ def run_for(strategy, check, seconds: float, seed: int):
             line = "".join(traceback.format_exception_only(type(exc), exc)).strip().splitlines()
             failures[(line[0] if line else type(exc).__name__)[:300]] += 1
     return tried, failures
-
-
-def settings_seed(test, seed: int):
-    from hypothesis import seed as hseed
-
-    return hseed(seed)(test)
 
 
 def main() -> int:

@@ -159,6 +159,29 @@ def run_cli(args: Sequence[str], cwd, env: Optional[dict] = None, module: str = 
     return CliResult(proc.returncode, proc.stdout, proc.stderr)
 
 
+def hrt_model_exec_command() -> list:
+    """The installed hrt_model_exec console script (beside this Python), else its module."""
+    script = os.path.join(os.path.dirname(sys.executable), "hrt_model_exec")
+    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "bpuemu.board.cli.hrt_model_exec"]
+
+
+def start_cli(args: Sequence[str], cwd, env: Optional[dict] = None) -> subprocess.Popen:
+    """hrt_model_exec started in the background (a fault test injects its fault while it runs)."""
+    return subprocess.Popen([*hrt_model_exec_command(), *map(str, args)], cwd=cwd, env=env or clean_env(),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def finish_cli(proc: subprocess.Popen, timeout: float = 60) -> CliResult:
+    """Wait for a background CLI (``start_cli``); one that outlives ``timeout`` fails the test."""
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        out, err = proc.communicate()
+        raise AssertionError(f"the client did not end within {timeout}s after the fault:\n{out}\n{err}")
+    return CliResult(proc.returncode, out, err)
+
+
 def assert_ok(result: CliResult) -> None:
     assert result.returncode == 0, f"exit {result.returncode}\n--- stdout\n{result.stdout}\n--- stderr\n{result.stderr}"
     assert "Traceback" not in result.output, result.output

@@ -18,11 +18,8 @@ with the real hrt_model_exec CLI (a subprocess) or the real BoardClient:
 import os
 import resource
 import signal
-import subprocess
-import sys
 import time
 
-import numpy as np
 import pytest
 
 from bpuemu.board.client import BoardClient, Deadlines
@@ -37,7 +34,9 @@ from boardd_harness import (
     assert_one_error,
     assert_store_clean,
     clean_env,
+    finish_cli,
     run_cli,
+    start_cli,
     wait_until,
 )
 from fault_proxy import FaultProxy
@@ -55,30 +54,6 @@ def _upload_files(daemon: Daemon) -> list:
 def _jobs_running(daemon: Daemon) -> int:
     with daemon.client() as c:
         return c.stats().jobs_running
-
-
-def _hrt_model_exec() -> list:
-    """The installed hrt_model_exec console script (beside this Python), else its module."""
-    script = os.path.join(os.path.dirname(sys.executable), "hrt_model_exec")
-    return [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "bpuemu.board.cli.hrt_model_exec"]
-
-
-def _cli(args, cwd, env=None) -> subprocess.Popen:
-    """hrt_model_exec started in the background (the test injects its fault while it runs)."""
-    return subprocess.Popen([*_hrt_model_exec(), *map(str, args)], cwd=cwd, env=env or clean_env(),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-
-
-def _finish(proc: subprocess.Popen, timeout: float = 60):
-    from boardd_harness import CliResult
-
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"the client did not end within {timeout}s after the fault:\n{out}\n{err}")
-    return CliResult(proc.returncode, out, err)
 
 
 def _restart(daemon: Daemon) -> Daemon:
@@ -115,10 +90,10 @@ def proxied(daemons, tmp_path_factory):
 def test_daemon_killed_mid_upload(proxied, daemons, rgb_model, scratch):
     d, proxy, target = proxied
     proxy.up_rate = 2000  # a 10 KB model takes ~5 s to upload: time to kill the daemon mid-way
-    cli = _cli(["model_info", "--model_file", rgb_model.path, "--board", target], scratch)
+    cli = start_cli(["model_info", "--model_file", rgb_model.path, "--board", target], scratch)
     assert wait_until(lambda: _upload_files(d), timeout=30), "the upload never started"
     d.kill()
-    line = assert_one_error(_finish(cli), target, "upload of sample_rgb.bin")
+    line = assert_one_error(finish_cli(cli), target, "upload of sample_rgb.bin")
     assert "went away" in line or "unreachable" in line, line
     proxy.up_rate = 0
     restarted = _restart(d)
@@ -140,10 +115,10 @@ def test_daemon_killed_mid_job(daemons, tmp_path_factory, rgb_model, scratch, co
     else:
         args = ["infer", "--frame_count", LONG_INFER_FRAMES]
         what = "during infer"
-    cli = _cli([*args, "--model_file", rgb_model.path, "--board", d.target], scratch, env)
+    cli = start_cli([*args, "--model_file", rgb_model.path, "--board", d.target], scratch, env)
     assert wait_until(lambda: cli.poll() is None and _jobs_running(d) == 1, timeout=30), "the job never started"
     d.kill()
-    line = assert_one_error(_finish(cli), d.target, what, ignore=RANDOM_NOTE)
+    line = assert_one_error(finish_cli(cli), d.target, what, ignore=RANDOM_NOTE)
     assert "went away" in line, line
     assert os.listdir(scratch) == []  # no result files from a failed run
     restarted = _restart(d)
@@ -173,11 +148,11 @@ def test_farm_board_killed_mid_infer(daemons, tmp_path_factory, rgb_model, scrat
     boards = [Daemon(tmp_path_factory.mktemp(f"farm_killed{i}")).start() for i in range(2)]
     daemons.extend(boards)
     kept, victim = boards
-    cli = _cli(["infer", "--model_file", rgb_model.path, "--board", f"{kept.target},{victim.target}",
+    cli = start_cli(["infer", "--model_file", rgb_model.path, "--board", f"{kept.target},{victim.target}",
                 "--frame_count", LONG_INFER_FRAMES], scratch)
     assert wait_until(lambda: cli.poll() is None and _jobs_running(victim) == 1, timeout=30), "the job never started"
     victim.kill()
-    result = _finish(cli)
+    result = finish_cli(cli)
     line = assert_one_error(result, "infer failed on 1 of 2 boards", victim.target, "went away during infer",
                             ignore=RANDOM_NOTE)
     assert kept.target not in line

@@ -10,7 +10,7 @@ messages to a bounded depth. ``overrides`` bias chosen fields (by name) toward
 values the server knows (a stored model's SHA-256, real dtypes).
 """
 import os
-from typing import Callable, Dict
+from typing import Dict
 
 from google.protobuf.descriptor import FieldDescriptor as F
 from hypothesis import HealthCheck, settings
@@ -84,13 +84,6 @@ def messages(descriptor, overrides: Dict[str, st.SearchStrategy] = None, depth: 
         return msg
 
     return build()
-
-
-def property_runner(strategy: st.SearchStrategy, check: Callable) -> Callable:
-    """A hypothesis test of ``check`` over ``strategy`` (bench/fuzz.py wraps PROPERTIES with this)."""
-    from hypothesis import given
-
-    return given(strategy)(check)
 
 
 def _field_slots(msg, prefix=""):

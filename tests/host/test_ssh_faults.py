@@ -17,6 +17,7 @@ import pytest
 
 from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable
 from fault_proxy import FaultProxy  # noqa: E402 (tests/board is on sys.path through sshd_harness)
+from boardd_harness import finish_cli, start_cli  # noqa: E402
 
 pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
 
@@ -63,16 +64,6 @@ def _ssh_args(sshd, proxy) -> list:
             "--remote-command", REMOTE_COMMAND, "--remote-tmp", sshd.remote_tmp]
 
 
-def _cli(args, cwd):
-    import subprocess
-    import sys
-
-    script = os.path.join(os.path.dirname(sys.executable), "hrt_model_exec")
-    command = [script] if os.access(script, os.X_OK) else [sys.executable, "-m", "bpuemu.board.cli.hrt_model_exec"]
-    return subprocess.Popen([*command, *map(str, args)], cwd=cwd, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True)
-
-
 def _wait_for(predicate, timeout: float = 30.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
@@ -81,18 +72,6 @@ def _wait_for(predicate, timeout: float = 30.0):
             return value
         time.sleep(0.01)
     raise AssertionError("timed out waiting for the fault's moment")
-
-
-def _result(proc):
-    from sshd_harness import CliResult
-
-    try:
-        out, err = proc.communicate(timeout=60)
-    except Exception:
-        proc.kill()
-        out, err = proc.communicate()
-        raise AssertionError(f"hrt_model_exec did not end within 60 s of the fault:\n{out}\n{err}")
-    return CliResult(proc.returncode, out, err)
 
 
 def _new_work_dir(sshd, before: set) -> str:
@@ -130,7 +109,7 @@ def test_connection_cut_mid_model_upload(sshd, proxy, model, tmp_path, cut):
     cwd = tmp_path / "cwd"
     cwd.mkdir()
     before = sshd.work_dirs()
-    cli = _cli(["infer", "--model_file", model, "--enable_dump", "true", *_ssh_args(sshd, proxy)], cwd)
+    cli = start_cli(["infer", "--model_file", model, "--enable_dump", "true", *_ssh_args(sshd, proxy)], cwd)
     left = _wait_for(lambda: _new_work_dir(sshd, before))
     uploading = os.path.join(left, "0_fault.bin")
     _wait_for(lambda: os.path.exists(uploading) and 0 < os.path.getsize(uploading))
@@ -139,7 +118,7 @@ def test_connection_cut_mid_model_upload(sshd, proxy, model, tmp_path, cut):
     else:
         with open(os.path.join(left, ".owner")) as f:
             os.kill(int(f.read().split()[0]), signal.SIGKILL)  # the board's sshd process of this session
-    line = assert_one_error(_result(cli), proxy.target, "lost during upload of fault.bin", ignore=RANDOM_NOTE)
+    line = assert_one_error(finish_cli(cli), proxy.target, "lost during upload of fault.bin", ignore=RANDOM_NOTE)
     assert line.count("ERROR") == 1
     assert os.listdir(cwd) == []  # nothing half-copied on the host
     assert os.path.exists(left)  # the host could not remove it: the board kept it ...
@@ -160,12 +139,12 @@ def test_connection_reset_while_downloading_results(sshd, proxy, model, tmp_path
     args = ["infer", "--model_file", model, "--enable_dump", "true", "--dump_intermediate", "1",
             *_ssh_args(sshd, proxy)]
     args[args.index(REMOTE_COMMAND)] = str(wrapper)
-    cli = _cli(args, cwd)
+    cli = start_cli(args, cwd)
     left = _wait_for(lambda: _new_work_dir(sshd, before))
     _wait_for(marker.exists, timeout=60)
     time.sleep(0.3)  # the exit status is through; the downloads have begun
     proxy.reset_all()
-    line = assert_one_error(_result(cli), proxy.target, "lost during", ignore=RANDOM_NOTE)
+    line = assert_one_error(finish_cli(cli), proxy.target, "lost during", ignore=RANDOM_NOTE)
     assert "download" in line or "listing the dumps" in line, line
     assert os.listdir(cwd) == []  # no dump written from a half-read result
     assert os.path.exists(left)
