@@ -122,6 +122,11 @@ def make_properties(
 #: The dtype names a wire tensor may carry: numbers only (no objects, strings, records).
 WIRE_DTYPES = {d.name: d for d in map(np.dtype, ("bool", "int8", "uint8", "int16", "uint16", "int32", "uint32",
                                                  "int64", "uint64", "float16", "float32", "float64"))}
+#: onnxruntime's type strings (NodeArg.type) for the same dtypes: "tensor(float)" -> float32, ...
+_ORT_NAMES = {"float32": "float", "float64": "double"}  # where onnxruntime's name differs from numpy's
+ORT_DTYPES = {f"tensor({_ORT_NAMES.get(n, n)})": d for n, d in WIRE_DTYPES.items()}
+
+
 
 def to_wire(name: str, array: np.ndarray) -> board_pb2.Tensor:
     # asarray, not ascontiguousarray: that one turns a 0-d array into shape (1,).

@@ -21,7 +21,7 @@ import numpy as np
 from bpuemu.common.errors import InvalidModelFile
 from bpuemu.common.input_types import FUSABLE_RT_TYPES, INPUT_TYPES_RT, preprocess_output_type
 from bpuemu.common.proto import model_pb2
-from bpuemu.common.tensor import WIRE_DTYPES
+from bpuemu.common.tensor import ORT_DTYPES, WIRE_DTYPES
 
 Kind = model_pb2.PlanStep
 
@@ -31,10 +31,6 @@ MAX_INPUT_BYTES = 1 << 31
 
 #: (shape with None for unknown dims, or None for unknown rank; numpy dtype name or None)
 TensorType = Tuple[Optional[Tuple[Optional[int], ...]], Optional[str]]
-
-_ORT_TYPES = {"tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(float)": "float32", "tensor(int32)": "int32",
-              "tensor(int16)": "int16", "tensor(uint16)": "uint16", "tensor(int64)": "int64",
-              "tensor(double)": "float64", "tensor(float16)": "float16", "tensor(bool)": "bool"}
 
 
 def _bad(model: model_pb2.Model, what: str) -> InvalidModelFile:
@@ -62,7 +58,8 @@ def check_input_spec(model: model_pb2.Model, spec: model_pb2.InputSpec) -> None:
 
 def _ort_type(arg) -> TensorType:
     shape = tuple(d if isinstance(d, int) else None for d in arg.shape) if arg.shape is not None else None
-    return shape, _ORT_TYPES.get(arg.type)
+    dtype = ORT_DTYPES.get(arg.type)
+    return shape, dtype.name if dtype is not None else None
 
 
 def _compatible(have: TensorType, want: TensorType) -> bool:

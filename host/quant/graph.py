@@ -16,6 +16,7 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.numerics import dequantize
+from bpuemu.common.tensor import ORT_DTYPES
 
 log = logging.getLogger("bpuemu.host.quant")
 
@@ -335,11 +336,6 @@ def session(model: onnx.ModelProto):
         raise InvalidInput(f"onnxruntime cannot load the model: {exc}") from None
 
 
-_ORT_TYPES = {
-    "tensor(float)": np.float32, "tensor(int8)": np.int8, "tensor(uint8)": np.uint8, "tensor(int16)": np.int16,
-    "tensor(int32)": np.int32, "tensor(int64)": np.int64, "tensor(double)": np.float64, "tensor(uint16)": np.uint16,
-}
-
 
 def feed_for(sess, sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     """The sample cast to each session input's type (X_128 floats -> int8 for a quantized model)."""
@@ -348,7 +344,7 @@ def feed_for(sess, sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
         if i.name not in sample:
             raise InvalidInput(f"calibration sample has no data for input '{i.name}' (has {sorted(sample)})")
         x = np.asarray(sample[i.name])
-        dtype = _ORT_TYPES.get(i.type, np.float32)
+        dtype = ORT_DTYPES.get(i.type, np.dtype(np.float32))
         if np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer):
             info = np.iinfo(dtype)
             x = np.clip(np.rint(x), info.min, info.max)

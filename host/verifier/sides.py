@@ -20,6 +20,7 @@ import numpy as np
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.input_types import to_model_input
 from bpuemu.common.proto import model_pb2
+from bpuemu.common.tensor import ORT_DTYPES
 from bpuemu.board.backends import Backend, Platform, local_platform
 from bpuemu.host.verifier.inputs import VerifyInput
 from bpuemu.host.verifier.report import SideInfo
@@ -97,13 +98,10 @@ def align_outputs(quanti_outputs: Dict[str, np.ndarray], model: model_pb2.Model)
     return dict(zip(names, quanti_outputs.values()))
 
 
-_ORT_TYPES = {"tensor(int8)": "int8", "tensor(uint8)": "uint8", "tensor(float)": "float32", "tensor(int16)": "int16",
-              "tensor(int32)": "int32", "tensor(float16)": "float16", "tensor(double)": "float64"}
-
 
 def _check_same_inputs(sess, feed: Dict[str, np.ndarray], model: model_pb2.Model) -> None:
     """quanti.onnx must take exactly what the .bin's Preprocess makes (names, dtypes, shapes)."""
-    want = {i.name: (_ORT_TYPES.get(i.type, i.type), list(i.shape)) for i in sess.get_inputs()}
+    want = {i.name: (ORT_DTYPES[i.type].name if i.type in ORT_DTYPES else i.type, list(i.shape)) for i in sess.get_inputs()}
     have = {n: (x.dtype.name, list(x.shape)) for n, x in feed.items()}
     same = want.keys() == have.keys() and all(
         want[n][0] == have[n][0] and len(want[n][1]) == len(have[n][1])
