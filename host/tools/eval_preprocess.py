@@ -7,10 +7,10 @@ pipelines; a user yaml of the same shape adds entries or replaces them::
 
     my_classifier:
       size: 224x224            # H x W of the model input
-      resize: short_side       # stretch | short_side | fit
+      resize: short_side       # stretch | short_side | fit | height (PaddleOCR's text-line resize)
       resize_to: 256           # short_side: the short side before the crop
       crop: center             # none | center
-      pad: none                # fit: none | center (letterbox) | bottom_right
+      pad: none                # fit: none | center (letterbox) | bottom_right; height pads on the right
       pad_value: 0
       interpolation: bilinear  # bilinear | nearest | bicubic | lanczos | box | hamming
       input_type_rt: nv12      # nv12 | yuv444 | rgb | bgr | gray
@@ -43,6 +43,9 @@ ENTRY_KEYS = ("size", "resize", "resize_to", "crop", "pad", "pad_value", "interp
 _IMAGENET = {"resize": "short_side", "crop": "center", "input_type_rt": "nv12"}
 _LETTERBOX = {"resize": "fit", "pad": "center", "input_type_rt": "nv12"}
 _OCR = {"resize": "fit", "pad": "bottom_right", "pad_value": 0, "input_type_rt": "nv12"}
+#: PaddleOCR's rec/cls resize: height to the model's, width by the aspect ratio, padded on the right with
+#: mid-grey (PaddleOCR pads with 0 after (x/255-0.5)/0.5, i.e. pixel 127.5).
+_OCR_LINE = {"resize": "height", "pad_value": 127, "input_type_rt": "nv12"}
 
 #: The built-in evaluation pipelines (the same shape as a user yaml).
 MODELS: Dict[str, dict] = {
@@ -69,8 +72,8 @@ MODELS: Dict[str, dict] = {
                    "description": "MTCNN ONet face crops (Caffe)"},
     "retinaface_mobilenet": {**_OCR, "size": "640x640", "description": "face detector, top-left placed"},
     "ppocr_det": {**_OCR, "size": "640x640", "description": "PP-OCR text detector"},
-    "ppocr_cls": {**_OCR, "size": "48x192", "description": "PP-OCR text direction classifier"},
-    "ppocr_rec": {**_OCR, "size": "48x320", "description": "PP-OCR text recogniser"},
+    "ppocr_cls": {**_OCR_LINE, "size": "48x192", "description": "PP-OCR text direction classifier"},
+    "ppocr_rec": {**_OCR_LINE, "size": "48x320", "description": "PP-OCR text recogniser"},
 }
 
 
