@@ -14,7 +14,7 @@ from bpuemu.host.cli import log, model_name_option, run, setup_logging, version_
 @click.option("--compare", "profiler_log", default="", metavar="PROFILER_LOG",
               help="profiler.log from 'hrt_model_exec perf --profile_path': print estimate vs measured per subgraph.")
 @click.option("--ddr-bandwidth", "ddr_gbps", default=None, type=click.FloatRange(min=0.001), metavar="GB/S",
-              help="DDR bandwidth of the static X5 BPU model (default 10 GB/s).")
+              help="DDR bandwidth of the X5 timing model (default: the fitted value; see the report's parameter table).")
 @version_option("hb_perf")
 def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
     """Estimate the performance of a hybrid model (*.bin) and write hb_perf_result/<model>/."""
@@ -43,9 +43,26 @@ def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
         est = files.estimate
         log.info("%s: %s", m.name, est.strategy.describe())
         log.info("%s: %s", m.name, est.line())
+        one = est.modeled(1)
+        log.info("%s: one frame with one thread on the X5: %.3f ms (BPU %.3f ms + CPU %.3f ms)", m.name,
+                 one.latency_1thread_ms, one.bpu_ms, one.cpu_ms)
+        _check_stored(m, est, ddr_gbps)
         log.info("%s: performance report written to %s", m.name, os.path.abspath(files.html))
         if profiler_log:
             click.echo(compare_text(compare(est, text, profiler_log)))
+
+
+def _check_stored(model, est, ddr_gbps) -> None:
+    """A WARNING when the .bin's stored X5 timing (what hrt_model_exec perf shows) differs from this estimate."""
+    from bpuemu.common import x5_timing
+
+    if not x5_timing.has_timing(model):
+        log.warning("%s: %s (hrt_model_exec perf shows no X5 figures for it)", model.name, x5_timing.NO_TIMING)
+        return
+    stored = x5_timing.estimate_line(model)
+    if stored != est.line() and ddr_gbps is None:
+        log.warning("%s: the .bin stores the X5 timing of another parameter set (%s: %s); rebuild with makertbin "
+                    "for hrt_model_exec perf to show this estimate", model.name, model.x5_timing.parameters, stored)
 
 
 def main(args=None):

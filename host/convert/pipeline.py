@@ -287,9 +287,9 @@ def _convert(job: ConvertJob, out_dir: str):
         for r in removed:
             log.info("removed node %s (remove_node_type/remove_node_name)", getattr(r, "name", r))
     try:
-        from bpuemu.host.tools.static_perf.estimate import estimate_model
+        from bpuemu.host.tools.static_perf.estimate import annotate
 
-        est = estimate_model(model, blobs)
+        est = annotate(model, blobs)  # the compile step storing each step's modeled X5 time in the .bin
         log.info("static performance estimate, %s:", est.strategy.describe())
         log.info(est.line())
         if job.advice:

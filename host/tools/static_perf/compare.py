@@ -86,7 +86,7 @@ def compare(est: ModelEstimate, text: str, source: str = "profiler.log") -> List
         return CompareRow(name, proc, estimate_ms, *(m.get(k) if m else None for k in ("avg_time", "min_time", "max_time")))
 
     rows = [row(s.name, "BPU", s.latency_us / 1e3) for s in est.subgraphs]
-    rows += [row(n, "CPU", None) for n in est.cpu_steps if n in latency]
+    rows += [row(s.name, "BPU" if s.on_bpu else "CPU", s.latency_us / 1e3) for s in est.cpu_steps if s.name in latency]
     bpu_total = second.get("processor_latency", {}).get("BPU_inference_time_cost", {})
     rows.append(CompareRow("BPU total", "BPU", est.latency_ms, bpu_total.get("avg_time"), bpu_total.get("min_time"),
                            bpu_total.get("max_time")))
@@ -104,6 +104,6 @@ def compare_text(rows: List[CompareRow]) -> str:
     line = lambda cells: "  ".join(c.ljust(w) for c, w in zip(cells, widths)).rstrip()  # noqa: E731
     out = [line(headers), "-" * (sum(widths) + 2 * (len(widths) - 1))]
     out += [line(r) for r in table]
-    out.append("estimate: bpuemu's static X5 BPU model; measured: hrt_model_exec perf (the emulated runtime on the "
-               "machine that ran it), so the ratio says how that machine compares with the modelled BPU")
+    out.append("estimate: bpuemu's X5 timing model; measured: hrt_model_exec perf (the emulated runtime on the "
+               "machine that ran it), so the ratio says how that machine compares with the modelled X5")
     return "\n".join(out)

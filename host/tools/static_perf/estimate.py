@@ -2,11 +2,14 @@
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional
 
+import numpy as np
+
+from bpuemu.common import x5_timing
 from bpuemu.common.proto import model_pb2
 from bpuemu.host.tools.static_perf.layers import Layer, io_tensors, subgraph_layers
 from bpuemu.host.tools.static_perf.strategy import CompileStrategy, strategy_of
-from bpuemu.host.tools.static_perf.x5 import X5_BPU, X5Bpu
-from bpuemu.host.tools.plan import Kind, piece_model
+from bpuemu.host.tools.static_perf.x5 import KINDS, X5_BPU, X5Bpu
+from bpuemu.host.tools.plan import Kind, PlanView, piece_model
 
 MB = float(1 << 20)
 
@@ -57,20 +60,42 @@ class SubgraphEstimate:
 
 
 @dataclass
+class StepEstimate:
+    """A plan step that is not a BPU subgraph: the input conversion, a CPU op, a (de)quantize, a layout convert."""
+
+    name: str
+    kind: str                  # Preprocess | CPU op | Dequantize | Quantize | layout convert
+    on_bpu: bool               # the input conversion compiled into the BPU subgraph
+    elements: int
+    latency_us: float
+
+
+@dataclass
 class ModelEstimate:
     model_name: str
     subgraphs: List[SubgraphEstimate]
     bpu: X5Bpu
-    cpu_steps: List[str] = field(default_factory=list)
+    cpu_steps: List[StepEstimate] = field(default_factory=list)
     strategy: CompileStrategy = field(default_factory=CompileStrategy)
+    #: (name, on_bpu, us) of every plan step, in plan order
+    plan: List[tuple] = field(default_factory=list)
+
+    @property
+    def task_overhead_us(self) -> float:
+        return float(self.bpu.task_overhead_us)
 
     @property
     def latency_us(self) -> float:
-        return sum(s.latency_us for s in self.subgraphs)
+        """BPU time per frame (makertbin's line): the subgraphs and the input conversion compiled into them."""
+        return sum(us for _, on_bpu, us in self.plan if on_bpu)
 
     @property
     def latency_ms(self) -> float:
         return self.latency_us / 1e3
+
+    @property
+    def cpu_us(self) -> float:
+        return self.task_overhead_us + sum(us for _, on_bpu, us in self.plan if not on_bpu)
 
     @property
     def fps(self) -> Optional[float]:
@@ -92,7 +117,16 @@ class ModelEstimate:
     def ops(self) -> int:
         return sum(s.ops for s in self.subgraphs)
 
+    def model_steps(self) -> x5_timing.ModelSteps:
+        return x5_timing.ModelSteps(self.model_name, tuple(x5_timing.StepTime(n, b, us) for n, b, us in self.plan),
+                                    self.task_overhead_us, self.bpu.source)
+
+    def modeled(self, thread_num: int = 1, frame_count: int = 200) -> x5_timing.ModeledPerf:
+        """What hrt_model_exec perf on an X5 would show (bpuemu.common.x5_timing.schedule)."""
+        return x5_timing.schedule(self.model_steps(), thread_num, frame_count)
+
     def summary(self) -> Dict[str, object]:
+        one = self.modeled(1)
         return {
             "model_name": self.model_name,
             "model_latency_ms": self.latency_ms,
@@ -101,6 +135,8 @@ class ModelEstimate:
             "loaded_bytes_per_frame": self.loaded_bytes,
             "stored_bytes_per_frame": self.stored_bytes,
             "calculation_load_ops_per_frame": self.ops,
+            "cpu_ms_per_frame": self.cpu_us / 1e3,
+            "task_latency_1thread_ms": one.latency_1thread_ms,
             "compile_mode": self.strategy.compile_mode,
             "balance_factor": self.strategy.balance_factor,
             "optimize_level": self.strategy.optimize_level,
@@ -112,26 +148,76 @@ class ModelEstimate:
         return f"FPS={fps}, latency = {self.latency_us:.1f} us, DDR = {self.ddr_bytes} bytes"
 
 
+_STEP_KIND = {Kind.PREPROCESS: "Preprocess", Kind.CPU_OP: "CPU op", Kind.DEQUANTIZE: "Dequantize",
+              Kind.QUANTIZE: "Quantize", Kind.LAYOUT_CONVERT: "layout convert"}
+
+
+def _elements(shape) -> int:
+    return int(np.prod(shape, dtype=np.int64)) if len(shape) else 1
+
+
+def step_elements(model: model_pb2.Model, view: PlanView, step: model_pb2.PlanStep) -> int:
+    """The elements a non-BPU step reads and writes (the timing model's CPU work)."""
+    if step.kind == Kind.PREPROCESS:
+        spec = model.input_specs[step.input_index]
+        return _elements(spec.model_shape)
+    if step.kind in (Kind.CPU_OP, Kind.QUANTIZE):
+        ins, outs = io_tensors(view.piece(step))
+        return sum(_elements(t["shape"]) for t in ins + outs)
+    known = [view.tensors[t] for t in step.inputs if t in view.tensors]
+    return sum(t.size for t in known)
+
+
+def step_us(step: model_pb2.PlanStep, elements: int, bpu: X5Bpu) -> float:
+    """The modeled time of a non-BPU step of ``elements`` elements."""
+    if step.kind == Kind.PREPROCESS:
+        if step.fused_into_subgraph:                       # the input conversion on the BPU's vector unit
+            return float(bpu.us(elements / bpu.vector_elems_per_cycle))
+        return elements * bpu.convert_elem_ns / 1e3
+    if step.kind == Kind.CPU_OP:
+        return bpu.cpu_op_overhead_us + elements * bpu.cpu_elem_ns / 1e3
+    return elements * bpu.convert_elem_ns / 1e3
+
+
 def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU,
                    strategy: Optional[CompileStrategy] = None) -> ModelEstimate:
-    """Estimate every BPU subgraph of ``model`` from its ONNX piece, compiled with ``strategy``
-    (default: the compile_mode / optimize_level the model records)."""
+    """Estimate every plan step of ``model`` (BPU subgraphs per layer, from their ONNX pieces),
+    compiled with ``strategy`` (default: the compile_mode / optimize_level the model records)."""
     strategy = strategy or strategy_of(model)
-    subgraphs, cpu = [], []
+    view = PlanView(model, blobs)
+    subgraphs, cpu, plan = [], [], []
     for step in model.plan:
         if step.kind == Kind.BPU_SUBGRAPH:
             piece = piece_model(blobs[step.blob])
             inputs, outputs = io_tensors(piece)
-            subgraphs.append(SubgraphEstimate(step.name, subgraph_layers(piece, bpu, strategy), inputs, outputs,
-                                              bpu.us(bpu.subgraph_overhead_cycles)))
+            sub = SubgraphEstimate(step.name, subgraph_layers(piece, bpu, strategy), inputs, outputs,
+                                   float(bpu.subgraph_overhead_us))
+            subgraphs.append(sub)
+            plan.append((step.name, True, sub.latency_us))
         else:
-            cpu.append(step.name)
-    return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy)
+            elements = step_elements(model, view, step)
+            est = StepEstimate(step.name, _STEP_KIND.get(step.kind, "CPU op"), x5_timing.on_bpu(step), elements,
+                               step_us(step, elements, bpu))
+            cpu.append(est)
+            plan.append((step.name, est.on_bpu, est.latency_us))
+    return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy, plan)
 
 
 def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> str:
     """The line makertbin prints after compiling: ``FPS=…, latency = … us, DDR = … bytes``."""
     return estimate_model(model, blobs, bpu).line()
+
+
+def annotate(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> ModelEstimate:
+    """The compile step that stores the X5 timing in ``model`` (each PlanStep.x5_us, Model.x5_timing),
+    as the real compiler's output carries its estimate; returns the estimate."""
+    est = estimate_model(model, blobs, bpu)
+    for step, (name, _, us) in zip(model.plan, est.plan):
+        step.x5_us = us
+    model.x5_timing.parameters = bpu.source
+    model.x5_timing.ddr_bytes = int(est.ddr_bytes)
+    model.x5_timing.task_overhead_us = est.task_overhead_us
+    return est
 
 
 def advice_lines(est: ModelEstimate, threshold_us: float) -> List[str]:
@@ -142,8 +228,13 @@ def advice_lines(est: ModelEstimate, threshold_us: float) -> List[str]:
         for layer in sub.layers:
             if layer.fused_into or not layer.ops:
                 continue
-            theory = est.bpu.us(est.bpu.compute_cycles(layer.unit, layer.ops))
-            aligned = est.bpu.us(est.bpu.compute_cycles(layer.unit, layer.aligned_ops))
+            kind = KINDS.index(layer.kind)
+            if layer.kind not in ("conv", "conv1x1", "matmul", "vector", "lut"):
+                continue
+            scale = 0.5 if layer.kind in ("conv", "conv1x1", "matmul") else 1.0     # OPs -> MACs
+            rate = est.bpu.rates()[kind]
+            theory = est.bpu.us(layer.ops * scale / rate)
+            aligned = est.bpu.us(layer.aligned_ops * scale / rate)
             if aligned - theory > threshold_us:
                 shape = "x".join(map(str, layer.output_shape))
                 padded = "x".join(map(str, layer.aligned_output_shape))

@@ -10,7 +10,9 @@ QuantizeLinear follows (an int32 tail).
 
 The BPU type name and the unit a layer runs on come from the op table
 (bpuemu.host.compiler.optable); the OPs formulas are in ``OPS_FORMULAS``, keyed by ONNX
-op type (see bpuemu.host.tools.static_perf.x5 for the whole cost model).
+op type. ``layer_kind`` sorts a layer into the timing model's kinds and ``work`` is
+what that kind's rate divides (see bpuemu.host.tools.static_perf.x5 for the whole
+cost model; the fit, bench/x5_fit.py, reads the same features).
 """
 from dataclasses import asdict, dataclass, field
 from typing import Callable, Dict, List, Optional, Sequence, Tuple
@@ -21,7 +23,7 @@ from onnx import numpy_helper
 
 from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.tools.static_perf.strategy import DEFAULT_STRATEGY, CompileStrategy
-from bpuemu.host.tools.static_perf.x5 import X5Bpu, align
+from bpuemu.host.tools.static_perf.x5 import KINDS, X5Bpu, align
 from bpuemu.host.tools.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
 
 Shape = Tuple[int, ...]
@@ -41,6 +43,9 @@ class Layer:
     stored_bytes: int = 0
     weight_bytes: int = 0
     fused_into: str = ""
+    kind: str = "vector"          # the timing model's kind (x5.KINDS)
+    work: float = 0.0             # what the kind's rate divides: MACs, elements or bytes
+    repacked_bytes: float = 0.0
     compute_us: float = 0.0
     load_store_us: float = 0.0
     latency_us: float = 0.0
@@ -193,7 +198,7 @@ class _Piece:
         if not valid:
             return 0.0, 0.0
         shape = self.shape(t)
-        aligned = valid * _prod(aligned_shape(shape, bpu.channel_align)) / max(_prod(shape), 1)
+        aligned = valid * _prod(aligned_shape(shape, bpu.channel_align_int)) / max(_prod(shape), 1)
         share = strategy.latency_share
         return share * aligned + (1 - share) * valid, (1 - share) * valid
 
@@ -226,9 +231,9 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrateg
         if unit == "view":
             ops = 0
         out_shape = shapes.output
-        al_shape = aligned_shape(out_shape, bpu.channel_align)
+        al_shape = aligned_shape(out_shape, bpu.channel_align_int)
         if channels is not None:
-            a = bpu.channel_align
+            a = bpu.channel_align_int
             pad = (align(channels[0], a) / max(channels[0], 1)) * (align(channels[1], a) / max(channels[1], 1))
         else:
             pad = _prod(al_shape) / max(_prod(out_shape), 1)
@@ -266,16 +271,56 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrateg
                 layer.stored_bytes += int(round(m))
                 repacked += rp
 
-        compute = 0.0 if layer.fused_into else bpu.compute_cycles(unit, layer.aligned_ops)
-        compute += bpu.compute_cycles("move", repacked)
-        memory = bpu.memory_cycles(layer.loaded_bytes + layer.stored_bytes)
-        cycles = max(compute, memory) if strategy.overlaps else compute + memory
+        layer.kind, layer.work = layer_kind(node, p, op, unit), 0.0
+        layer.work = _work(layer, p, node)
+        layer.repacked_bytes = repacked
+        compute, memory, cycles = (float(v) for v in bpu.layer_cycles(
+            KINDS.index(layer.kind), layer.work, repacked, layer.loaded_bytes + layer.stored_bytes,
+            bool(layer.fused_into), strategy.overlaps))
         layer.compute_us, layer.load_store_us, layer.latency_us = bpu.us(compute), bpu.us(memory), bpu.us(cycles)
         layer.start_us = bpu.us(clock)
         clock += cycles
         layer.end_us = bpu.us(clock)
         layers.append(layer)
     return layers
+
+
+#: Lookup-table activations: the BPU type HzLut (bpuemu.host.compiler.optable).
+LUT_TYPES = ("HzLut",)
+
+
+def layer_kind(node: onnx.NodeProto, p: "_Piece", op, unit: str) -> str:
+    """The timing model's kind of a layer (``x5.KINDS``)."""
+    if unit == "mac":
+        if node.op_type == "Conv":
+            if int(attribute(node, "group", 1)) > 1:
+                return "dwconv"
+            kernel = attribute(node, "kernel_shape", None) or list(p.shape(node.input[1])[2:])
+            return "conv1x1" if all(int(k) == 1 for k in kernel) else "conv"
+        if node.op_type == "ConvTranspose":
+            return "conv"
+        if node.op_type == "MatMul":
+            weights = len(node.input) > 1 and p.behind_dq(node.input[1]) in p.inits
+            return "conv1x1" if weights else "matmul"
+        return "conv1x1"                    # Gemm
+    if unit in ("move", "view"):
+        return unit
+    return "lut" if op is not None and op.bpu_type in LUT_TYPES else "vector"
+
+
+def _work(layer: Layer, p: "_Piece", node: onnx.NodeProto) -> float:
+    """MACs (aligned; a grouped conv's unaligned), elements (aligned) or bytes moved."""
+    if layer.kind == "dwconv":
+        return layer.ops / 2.0
+    if layer.kind in ("conv", "conv1x1", "matmul"):
+        return layer.aligned_ops / 2.0
+    if layer.kind == "move":
+        out = p.after_q(node.output[0])
+        size = p.nbytes(out) or _prod(layer.output_shape)
+        return float(size) * _prod(layer.aligned_output_shape) / max(_prod(layer.output_shape), 1)
+    if layer.kind == "view":
+        return 0.0
+    return float(layer.aligned_ops)
 
 
 def io_tensors(model: onnx.ModelProto) -> Tuple[List[dict], List[dict]]:

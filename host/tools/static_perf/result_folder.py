@@ -79,17 +79,31 @@ def _fmt(v) -> str:
 
 def _parameters(est: ModelEstimate) -> List[str]:
     st = est.strategy
-    rows = [["compile_mode", st.compile_mode + (f" (balance_factor {st.balance_factor})" if st.compile_mode == "balance" else "")],
-            ["optimize_level", st.optimize_level + ("" if st.recorded else " (assumed: the model records none)")]]
-    rows += [[k, v] for k, v in est.bpu.parameters().items()]
-    return (["<h2>Static Performance Model</h2>",
-             "<p class=\"note\">bpuemu estimates from a static model of the X5 BPU: per layer, latency = "
-             "max(compute, DDR traffic) with compute = aligned OPs / unit throughput and DDR time = (loaded + "
-             "stored bytes) / bandwidth; a subgraph adds its launch overhead; compile_mode sets the DDR layout "
-             "of outputs and spills (aligned for latency, packed and repacked for bandwidth) and optimize_level "
-             "the fusion, overlap and SRAM use (O0 none ... O3 all); CPU nodes are not estimated "
-             "(measure them with hrt_model_exec perf --profile_path and compare with hb_perf --compare).</p>"]
-            + _table(["parameter", "value"], rows))
+    rows = [["compile_mode", st.compile_mode + (f" (balance_factor {st.balance_factor})" if st.compile_mode == "balance" else ""),
+             "", "the model's compiler parameters", ""],
+            ["optimize_level", st.optimize_level + ("" if st.recorded else " (assumed: the model records none)"),
+             "", "the model's compiler parameters", ""]]
+    rows += [[name, value, unit, prov, doc] for name, value, unit, prov, doc in est.bpu.table()]
+    return (["<h2>X5 Timing Model</h2>",
+             "<p class=\"note\">bpuemu's X5 timing model (bpuemu.host.tools.static_perf.x5 has every formula): per "
+             "BPU layer, latency = max(compute, DDR traffic) with compute = work / the rate of the layer's kind "
+             "(convolution by kernel and groups with channels aligned, matmul, vector, lookup table, data movement) "
+             "+ a fixed cost per layer; a subgraph adds its overhead; the input conversion, CPU operators and "
+             "_HzDequantize outputs are costed on the board's A55 cores. The fitted parameters come from "
+             "bench/x5_fit.py on published RDK X5 measurements. makertbin stores each step's time in the .bin; "
+             "hrt_model_exec perf shows the X5 figures for its --thread_num.</p>"]
+            + _table(["parameter", "value", "unit", "provenance", "meaning"], rows, numeric=False))
+
+
+def _plan_steps(est: ModelEstimate) -> List[str]:
+    one = est.modeled(1)
+    rows = [[name, "BPU" if on_bpu else "CPU", round(us, 3)] for name, on_bpu, us in est.plan]
+    rows.append(["task overhead (per frame)", "CPU", round(est.task_overhead_us, 3)])
+    return (["<h2>Plan Steps on the X5</h2>",
+             f"<p class=\"note\">One frame with one thread: {one.latency_1thread_ms:.6f} ms (BPU {one.bpu_ms:.6f} ms, "
+             f"CPU {one.cpu_ms:.6f} ms); with several threads the BPU steps serialize and the CPU steps overlap "
+             f"(hrt_model_exec perf --thread_num N shows the modeled figures).</p>"]
+            + _table(["step", "on", "modeled time (us)"], rows))
 
 
 def model_page(est: ModelEstimate, png_name: str, debug: bool) -> str:
@@ -97,7 +111,8 @@ def model_page(est: ModelEstimate, png_name: str, debug: bool) -> str:
     summary = [
         ["Model Name", est.model_name],
         ["Model Latency(ms)", round(est.latency_ms, 6)],
-        ["Model FPS (one frame in flight)", _Raw(_e(fps))],
+        ["Model FPS (BPU busy all the time)", _Raw(_e(fps))],
+        ["Task Latency, 1 thread (ms)", round(est.modeled(1).latency_1thread_ms, 6)],
         ["Total DDR (loaded+stored) bytes per frame(MB per frame)", round(est.ddr_bytes / MB, 6)],
         ["Loaded Bytes per Frame", est.loaded_bytes],
         ["Stored Bytes per Frame", est.stored_bytes],
@@ -119,6 +134,7 @@ def model_page(est: ModelEstimate, png_name: str, debug: bool) -> str:
              f"<p class=\"legend\"><span style=\"background:{BPU_COLOUR}\"></span>BPU"
              f"<span style=\"background:{CPU_COLOUR}\"></span>CPU</p>",
              f"<img src=\"{_e(png_name)}\" alt=\"BIN model structure of {_e(est.model_name)}\">"]
+    body += _plan_steps(est)
     body += _parameters(est)
     return _page(f"{est.model_name} performance", body)
 
@@ -126,6 +142,7 @@ def model_page(est: ModelEstimate, png_name: str, debug: bool) -> str:
 def subgraph_json(est: ModelEstimate, sub: SubgraphEstimate, debug: bool) -> dict:
     doc = {"model": est.model_name, "summary": sub.summary(), "inputs": sub.inputs, "outputs": sub.outputs,
            "static_model": est.bpu.parameters(),
+           "plan_steps": [{"name": n, "on": "BPU" if b else "CPU", "modeled_us": us} for n, b, us in est.plan],
            "compile_strategy": {"compile_mode": est.strategy.compile_mode, "balance_factor": est.strategy.balance_factor,
                                 "optimize_level": est.strategy.optimize_level, "recorded": est.strategy.recorded}}
     if debug:

@@ -1,56 +1,130 @@
-"""The static performance model of the X5 BPU that hb_perf estimates with.
+"""The X5 timing model: its one parameter table and its cost formulas.
 
-The real hb_perf reads the compiler's own simulation; bpuemu has no
-instruction-level compiler, so it estimates from first principles. Every
-number below is a parameter of this model, not a measurement of a board:
+Every timing figure bpuemu prints comes from here: makertbin's estimate line,
+hb_perf (summary, per-layer table, HTML, JSON) and, through the times
+makertbin stores in the `.bin` (PlanStep.x5_us, Model.x5_timing), the X5 block
+of ``hrt_model_exec perf`` and ``--timing x5`` (bpuemu.common.x5_timing).
 
-    peak int8 compute     10 TOPS at a 1 GHz BPU clock
-                          -> mac_ops_per_cycle = 10e12 / 1e9 = 10,000 OPs/cycle
-                             (1 MAC = 2 OPs, so a 5,000-MAC array)
-    vector unit           vector_ops_per_cycle = 512 OPs/cycle (assumed)
-    data movement         move_bytes_per_cycle = 256 bytes/cycle (assumed)
-    DDR bandwidth         ddr_bytes_per_s = 10 GB/s, effective (assumed; --ddr-bandwidth)
-    on-chip SRAM          sram_bytes = 1 MiB (assumed): an intermediate tensor
-                          larger than this spills to DDR (stored, then loaded)
-    channel alignment     channel_align = 8: the MAC array and the vector unit
-                          work on channel groups of 8 (NHWC, C padded)
-    subgraph launch       subgraph_overhead_cycles = 5,000 (5 us per BPU subgraph,
-                          the function-call setup)
+The model, per frame of a compiled plan:
 
-Per layer (one compute node of a BPU subgraph), a roofline:
+    BPU layer (one compute node of a BPU subgraph; features in ``layers``)
+        compute   = work / rate(kind) + layer_overhead       [cycles; 0 for a fused layer]
+                    kind    work                          rate
+                    conv    aligned MACs (kernel > 1)     peak_macs * conv_efficiency
+                    conv1x1 aligned MACs (1x1 conv, Gemm) peak_macs * conv1x1_efficiency
+                    dwconv  MACs (groups > 1)             dwconv_macs_per_cycle
+                    matmul  aligned MACs (MatMul)         peak_macs * matmul_efficiency
+                    vector  aligned output elements       vector_elems_per_cycle
+                            (elementwise, pooling, reductions, softmax, other)
+                    lut     aligned output elements       lut_elems_per_cycle (Sigmoid, Tanh, Exp, ...)
+                    move    bytes moved                   move_bytes_per_cycle
+                            (Concat, Transpose, Resize, Slice, Split, Pad)
+                    view    0                             (Reshape, Flatten)
+                    "aligned": channels padded to channel_align (NHWC; a conv pays the
+                    padding of its output and input channels per group)
+                  + repacked bytes / move_bytes_per_cycle (compile_mode bandwidth)
+        memory    = DDR bytes / ddr_bytes_per_cycle
+                    loaded: weights, the subgraph's inputs, spilled intermediates (a tensor
+                    larger than sram_bytes); stored: subgraph outputs and spills
+        latency   = max(compute, memory)
+    BPU subgraph  = subgraph_overhead + the sum of its layers' latencies
+    input conversion (Preprocess; nv12 -> yuv444, the -128 shift) = its output elements
+                    / vector_elems_per_cycle, on the BPU when compiled into the subgraph
+                    (the X5's case), else on the CPU at cpu_elem_ns
+    CPU op        = cpu_op_overhead + elements (inputs + outputs) * cpu_elem_ns
+    _HzDequantize, _HzQuantize, layout converts (CPU) = elements * convert_elem_ns
+    task          = task_overhead (CPU, per frame: the runtime's submission and completion)
 
-    OPs            Conv: 2 * N * Cout * Hout * Wout * (Cin / group) * kH * kW
-                   ConvTranspose: 2 * N * Cin * Hin * Win * (Cout / group) * kH * kW
-                   Gemm / MatMul: 2 * M * N * K (times the batch dims)
-                   pooling: output elements * kernel elements; global pooling,
-                   reductions: input elements; everything else: output elements
-    aligned OPs    OPs scaled by the channel padding: (align(Cout)/Cout) *
-                   (align(Cin/group)/(Cin/group)) on the MAC array (so a
-                   depthwise conv pays 8x), align(C)/C on the other units
-    compute        aligned OPs / (OPs per cycle of the layer's unit)   [cycles]
-                   ("view" layers -- Reshape, Flatten -- cost nothing; a passive
-                   layer fused into the layer before it, such as the Relu after
-                   a Conv, costs no cycles of its own)
-    DDR bytes      loaded: the subgraph inputs it is the first to read, its
-                   weights and biases, spilled intermediates it reads;
-                   stored: subgraph outputs and spilled intermediates it makes
-    memory         DDR bytes / (ddr_bytes_per_s / clock_hz)               [cycles]
-    latency        max(compute, memory)  (compute and DMA overlap)
+    makertbin's line: latency = the sum of the BPU steps, FPS = 1 / latency (the BPU
+    busy all the time, as the real compiler's line), DDR = loaded + stored bytes.
+    hrt_model_exec perf's X5 block schedules the steps on 1 BPU + 8 A55 cores for its
+    thread_num (bpuemu.common.x5_timing).
 
-    These are the figures of compile_mode latency at optimize_level O3. The
-    compile strategy a model records changes them (bpuemu.host.tools.static_perf.strategy):
-    bandwidth mode stores outputs and spills packed (valid bytes instead of the
-    aligned layout's) and adds repack cycles (packed bytes / move_bytes_per_cycle)
-    to compute; balance N mixes the two N:100-N; below O3 intermediates spill above
-    half the SRAM, below O2 latency = compute + memory, at O0 nothing is fused.
+Parameters are in ``PARAMETERS`` (value, unit, provenance). The "fitted" ones are
+set by ``bench/x5_fit.py`` (least squares on the log errors of the published 1-thread
+latency and multi-thread FPS of ../shared x5_fit.csv, every model weighted alike);
+re-run it to refit and it rewrites the values below between the FITTED markers.
 
-    subgraph latency = subgraph_overhead_cycles + sum of its layer latencies
-    model latency    = sum of its BPU subgraph latencies (CPU ops are not
-                       estimated; measure them with hrt_model_exec perf)
-    FPS              = 1 / model latency (one frame in flight, one core)
-    DDR per frame    = sum over subgraphs of loaded + stored bytes
+The compile strategy a model records changes the layer costs
+(bpuemu.host.tools.static_perf.strategy): bandwidth mode stores outputs and spills
+packed (valid bytes instead of the aligned layout's) and repacks them; balance N
+mixes the two N:100-N; below O3 intermediates spill above half the SRAM, below O2
+latency = compute + memory, at O0 nothing is fused.
 """
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
+from typing import Dict
+
+import numpy as np
+
+#: Layer kinds of the model, in the order of the fit's feature arrays.
+KINDS = ("conv", "conv1x1", "dwconv", "matmul", "vector", "lut", "move", "view")
+
+SPEC, ASSUMED, FITTED = "X5 published specification", "assumed", "fitted"
+
+
+@dataclass(frozen=True)
+class Param:
+    value: float
+    unit: str
+    provenance: str
+    doc: str
+
+
+# --- the parameter table ---------------------------------------------------------------------------
+# FITTED-BEGIN (bench/x5_fit.py rewrites the block between these markers)
+FIT_SOURCE = "initial values, not fitted yet"
+FITTED_VALUES = {
+    "conv_efficiency": 0.35,
+    "conv1x1_efficiency": 0.25,
+    "dwconv_macs_per_cycle": 128.0,
+    "matmul_efficiency": 0.10,
+    "vector_elems_per_cycle": 64.0,
+    "lut_elems_per_cycle": 32.0,
+    "move_bytes_per_cycle": 64.0,
+    "ddr_bytes_per_cycle": 8.0,
+    "layer_overhead_us": 2.0,
+    "subgraph_overhead_us": 30.0,
+    "cpu_elem_ns": 5.0,
+    "cpu_op_overhead_us": 20.0,
+    "convert_elem_ns": 2.0,
+    "task_overhead_us": 200.0,
+}
+# FITTED-END
+
+_FITTED_DOCS = {
+    "conv_efficiency": ("fraction of peak", "MAC-array efficiency of a dense convolution with a kernel > 1"),
+    "conv1x1_efficiency": ("fraction of peak", "MAC-array efficiency of a 1x1 convolution and of Gemm"),
+    "dwconv_macs_per_cycle": ("MACs/cycle", "grouped and depthwise convolution rate (unaligned MACs)"),
+    "matmul_efficiency": ("fraction of peak", "MAC-array efficiency of MatMul (attention)"),
+    "vector_elems_per_cycle": ("elements/cycle", "vector unit: elementwise, pooling, reductions, softmax, the input conversion"),
+    "lut_elems_per_cycle": ("elements/cycle", "lookup-table activations (Sigmoid, Tanh, Exp, HardSwish, Pow)"),
+    "move_bytes_per_cycle": ("bytes/cycle", "data movement: Concat, Transpose, Resize, Slice, Split, Pad, repacking"),
+    "ddr_bytes_per_cycle": ("bytes/cycle", "effective DDR bandwidth of the BPU (x clock = bytes/s)"),
+    "layer_overhead_us": ("us", "fixed cost of each BPU layer that is not fused"),
+    "subgraph_overhead_us": ("us", "fixed cost of each BPU subgraph (function call setup)"),
+    "cpu_elem_ns": ("ns/element", "CPU operator on an A55 core, per input+output element"),
+    "cpu_op_overhead_us": ("us", "fixed cost of each CPU operator"),
+    "convert_elem_ns": ("ns/element", "_HzDequantize / _HzQuantize / layout convert on an A55 core, per element"),
+    "task_overhead_us": ("us", "per frame on the CPU: the runtime's task submission and completion"),
+}
+
+
+def _table(fitted: Dict[str, float], source: str) -> Dict[str, Param]:
+    table = {
+        "clock_hz": Param(1.0e9, "Hz", SPEC, "BPU clock (Bayes-e core at 1 GHz)"),
+        "peak_macs_per_cycle": Param(5000.0, "MACs/cycle", SPEC, "10 TOPS int8 at 1 GHz = 10,000 OPs = 5,000 MACs per cycle"),
+        "cpu_cores": Param(8, "cores", SPEC, "Cortex-A55 at 1.8 GHz (bpuemu.common.x5_timing.X5_CPU_CORES)"),
+        "channel_align": Param(8, "channels", ASSUMED, "the MAC array and vector unit work on channel groups of this size"),
+        "sram_bytes": Param(float(1 << 20), "bytes", ASSUMED, "on-chip SRAM: a larger intermediate spills to DDR"),
+    }
+    for name, value in fitted.items():
+        unit, doc = _FITTED_DOCS[name]
+        table[name] = Param(float(value), unit, f"{FITTED} ({source})" if "not fitted" not in source else
+                            f"{ASSUMED} ({source})", doc)
+    return table
+
+
+PARAMETERS: Dict[str, Param] = _table(FITTED_VALUES, FIT_SOURCE)
 
 
 def align(value: int, to: int) -> int:
@@ -59,56 +133,76 @@ def align(value: int, to: int) -> int:
 
 @dataclass(frozen=True)
 class X5Bpu:
-    """Parameters of the static X5 BPU model (see the module docstring)."""
+    """The parameters as numbers (``PARAMETERS``' values), with overrides for hb_perf and the fit."""
 
-    int8_tops: float = 10.0
-    clock_hz: float = 1.0e9
-    vector_ops_per_cycle: float = 512.0
-    move_bytes_per_cycle: float = 256.0
-    ddr_bytes_per_s: float = 10.0e9
-    sram_bytes: int = 1 << 20
-    channel_align: int = 8
-    subgraph_overhead_cycles: float = 5000.0
+    values: Dict[str, float] = field(default_factory=lambda: {k: p.value for k, p in PARAMETERS.items()})
+    source: str = FIT_SOURCE
 
-    @property
-    def mac_ops_per_cycle(self) -> float:
-        return self.int8_tops * 1e12 / self.clock_hz
+    def __getattr__(self, name):
+        try:
+            return self.__dict__["values"][name]
+        except KeyError:
+            raise AttributeError(name) from None
 
-    @property
-    def ddr_bytes_per_cycle(self) -> float:
-        return self.ddr_bytes_per_s / self.clock_hz
-
-    def ops_per_cycle(self, unit: str) -> float:
-        """Throughput of a BPU unit (bpuemu.host.compiler.optable.UNITS); 0 for "view" (free)."""
-        return {"mac": self.mac_ops_per_cycle, "vector": self.vector_ops_per_cycle,
-                "move": self.move_bytes_per_cycle, "view": 0.0}[unit]
-
-    def compute_cycles(self, unit: str, aligned_ops: float) -> float:
-        rate = self.ops_per_cycle(unit)
-        return aligned_ops / rate if rate else 0.0
-
-    def memory_cycles(self, ddr_bytes: float) -> float:
-        return ddr_bytes / self.ddr_bytes_per_cycle
-
-    def us(self, cycles: float) -> float:
-        return cycles / self.clock_hz * 1e6
+    def with_values(self, **values) -> "X5Bpu":
+        unknown = set(values) - set(self.values)
+        if unknown:
+            raise KeyError(f"unknown X5 timing parameter(s): {sorted(unknown)}")
+        return replace(self, values={**self.values, **values}, source=self.source + " (overridden)")
 
     def with_ddr_bandwidth(self, gb_per_s: float) -> "X5Bpu":
-        return replace(self, ddr_bytes_per_s=gb_per_s * 1e9)
+        return self.with_values(ddr_bytes_per_cycle=gb_per_s * 1e9 / self.clock_hz)
 
-    def parameters(self) -> dict:
-        """The parameters as the report lists them."""
-        return {
-            "int8 peak (TOPS)": self.int8_tops,
-            "BPU clock (GHz)": self.clock_hz / 1e9,
-            "MAC array (OPs/cycle)": self.mac_ops_per_cycle,
-            "vector unit (OPs/cycle)": self.vector_ops_per_cycle,
-            "data movement (bytes/cycle)": self.move_bytes_per_cycle,
-            "DDR bandwidth (GB/s)": self.ddr_bytes_per_s / 1e9,
-            "on-chip SRAM (bytes)": self.sram_bytes,
-            "channel alignment": self.channel_align,
-            "subgraph launch (us)": self.us(self.subgraph_overhead_cycles),
-        }
+    @property
+    def channel_align_int(self) -> int:
+        return int(self.values["channel_align"])
+
+    @property
+    def ddr_bytes_per_s(self) -> float:
+        return self.ddr_bytes_per_cycle * self.clock_hz
+
+    def rates(self) -> np.ndarray:
+        """Work units per cycle of each layer kind (``KINDS`` order; 0 for view)."""
+        peak = self.peak_macs_per_cycle
+        return np.array([peak * self.conv_efficiency, peak * self.conv1x1_efficiency, self.dwconv_macs_per_cycle,
+                         peak * self.matmul_efficiency, self.vector_elems_per_cycle, self.lut_elems_per_cycle,
+                         self.move_bytes_per_cycle, 0.0])
+
+    def us(self, cycles):
+        return cycles / self.clock_hz * 1e6
+
+    def cycles(self, us):
+        return us * self.clock_hz / 1e6
+
+    def layer_cycles(self, kind, work, repacked, ddr_bytes, fused, overlaps: bool = True):
+        """(compute, memory, latency) cycles of layers: numpy arrays (or scalars) of their features.
+
+        ``kind`` indexes ``KINDS``; ``fused`` layers run in the output stage of the layer before.
+        """
+        rates = self.rates()
+        kind = np.asarray(kind, dtype=np.int64)
+        rate = rates[kind]
+        compute = np.where(rate > 0, np.asarray(work, dtype=np.float64) / np.where(rate > 0, rate, 1.0), 0.0)
+        active = ~np.asarray(fused, dtype=bool) & (kind != KINDS.index("view"))
+        compute = np.where(active, compute + self.cycles(self.layer_overhead_us), 0.0)
+        compute = compute + np.asarray(repacked, dtype=np.float64) / self.move_bytes_per_cycle
+        memory = np.asarray(ddr_bytes, dtype=np.float64) / self.ddr_bytes_per_cycle
+        latency = np.maximum(compute, memory) if overlaps else compute + memory
+        return compute, memory, latency
+
+    def parameters(self) -> Dict[str, object]:
+        """The parameter table as the report lists it: name -> value."""
+        return dict(self.values)
+
+    def table(self):
+        """[(name, value, unit, provenance, doc)] for the report."""
+        out = []
+        for name, p in PARAMETERS.items():
+            value = self.values.get(name, p.value)
+            prov = p.provenance if value == p.value else "overridden for this run"
+            out.append((name, value, p.unit, prov, p.doc))
+        return out
 
 
 X5_BPU = X5Bpu()
+PARAMETERS_VERSION = f"x5-timing ({FIT_SOURCE})"
