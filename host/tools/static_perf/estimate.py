@@ -79,10 +79,13 @@ class ModelEstimate:
     strategy: CompileStrategy = field(default_factory=CompileStrategy)
     #: (name, on_bpu, us) of every plan step, in plan order
     plan: List[tuple] = field(default_factory=list)
+    #: bytes of the model's outputs as the runtime hands them over (aligned)
+    output_bytes: int = 0
 
     @property
     def task_overhead_us(self) -> float:
-        return float(self.bpu.task_overhead_us)
+        """CPU time per frame outside the steps: the task's fixed cost and its output buffers."""
+        return float(self.bpu.task_overhead_us + self.output_bytes * self.bpu.output_byte_ns / 1e3)
 
     @property
     def latency_us(self) -> float:
@@ -160,7 +163,11 @@ def step_elements(model: model_pb2.Model, view: PlanView, step: model_pb2.PlanSt
     """The elements a non-BPU step reads and writes (the timing model's CPU work)."""
     if step.kind == Kind.PREPROCESS:
         spec = model.input_specs[step.input_index]
+        if spec.input_type_rt == "featuremap" and spec.model_dtype != "float32":
+            return 0                                       # handed to the BPU as it is
         return _elements(spec.model_shape)
+    if step.kind == Kind.LAYOUT_CONVERT and not step.perm:
+        return 0                                           # the layout kept: nothing moves
     if step.kind in (Kind.CPU_OP, Kind.QUANTIZE):
         ins, outs = io_tensors(view.piece(step))
         return sum(_elements(t["shape"]) for t in ins + outs)
@@ -173,7 +180,7 @@ def step_us(step: model_pb2.PlanStep, elements: int, bpu: X5Bpu) -> float:
     if step.kind == Kind.PREPROCESS:
         if step.fused_into_subgraph:                       # the input conversion on the BPU's vector unit
             return float(bpu.us(elements / bpu.vector_elems_per_cycle))
-        return elements * bpu.convert_elem_ns / 1e3
+        return elements * bpu.convert_elem_ns / 1e3        # a conversion on the CPU (0 elements: featuremap as is)
     if step.kind == Kind.CPU_OP:
         return bpu.cpu_op_overhead_us + elements * bpu.cpu_elem_ns / 1e3
     return elements * bpu.convert_elem_ns / 1e3
@@ -200,12 +207,75 @@ def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu =
                                step_us(step, elements, bpu))
             cpu.append(est)
             plan.append((step.name, est.on_bpu, est.latency_us))
-    return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy, plan)
+    output_bytes = sum(int(p.aligned_byte_size) for p in model.outputs)
+    return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy, plan, output_bytes)
 
 
 def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> str:
     """The line makertbin prints after compiling: ``FPS=…, latency = … us, DDR = … bytes``."""
     return estimate_model(model, blobs, bpu).line()
+
+
+#: Bumped whenever plan_features' output changes (bench/x5_fit.py caches features by it).
+FEATURES_VERSION = "1"
+
+
+@dataclass
+class StepFeatures:
+    """A plan step as the timing model sees it, without its parameters (bench/x5_fit.py fits on these)."""
+
+    name: str
+    kind: int                          # model_pb2.PlanStep.Kind
+    fused_into_subgraph: bool = False
+    perm: tuple = ()
+    elements: int = 0
+    on_bpu: bool = False
+    #: BPU_SUBGRAPH: its layers' x5.KINDS index, work, repacked bytes, DDR bytes, fused flag
+    layers: Optional[Dict[str, np.ndarray]] = None
+
+
+@dataclass
+class PlanFeatures:
+    model_name: str
+    steps: List[StepFeatures]
+    overlaps: bool
+    output_bytes: int
+
+
+def plan_features(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> PlanFeatures:
+    """The features of every plan step (``bpu`` gives only the assumed channel_align and sram_bytes)."""
+    est = estimate_model(model, blobs, bpu)
+    subs = iter(est.subgraphs)
+    others = iter(est.cpu_steps)
+    steps = []
+    for step in model.plan:
+        f = StepFeatures(step.name, step.kind, step.fused_into_subgraph, tuple(step.perm), on_bpu=x5_timing.on_bpu(step))
+        if step.kind == Kind.BPU_SUBGRAPH:
+            layers = next(subs).layers
+            f.layers = {"kind": np.array([KINDS.index(x.kind) for x in layers], dtype=np.int64),
+                        "work": np.array([x.work for x in layers], dtype=np.float64),
+                        "repacked": np.array([x.repacked_bytes for x in layers], dtype=np.float64),
+                        "ddr": np.array([x.loaded_bytes + x.stored_bytes for x in layers], dtype=np.float64),
+                        "fused": np.array([bool(x.fused_into) for x in layers], dtype=bool)}
+        else:
+            f.elements = next(others).elements
+        steps.append(f)
+    return PlanFeatures(model.name, steps, est.strategy.overlaps, est.output_bytes)
+
+
+def plan_times(feat: PlanFeatures, bpu: X5Bpu) -> x5_timing.ModelSteps:
+    """The modeled steps of a plan from its features: the same formulas as estimate_model."""
+    out = []
+    for f in feat.steps:
+        if f.layers is not None:
+            _, _, cycles = bpu.layer_cycles(f.layers["kind"], f.layers["work"], f.layers["repacked"], f.layers["ddr"],
+                                            f.layers["fused"], feat.overlaps)
+            us = float(bpu.subgraph_overhead_us) + float(np.sum(bpu.us(cycles)))
+        else:
+            us = step_us(f, f.elements, bpu)
+        out.append(x5_timing.StepTime(f.name, f.on_bpu, us))
+    overhead = float(bpu.task_overhead_us + feat.output_bytes * bpu.output_byte_ns / 1e3)
+    return x5_timing.ModelSteps(feat.model_name, tuple(out), overhead, bpu.source)
 
 
 def annotate(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> ModelEstimate:

@@ -33,7 +33,8 @@ The model, per frame of a compiled plan:
                     (the X5's case), else on the CPU at cpu_elem_ns
     CPU op        = cpu_op_overhead + elements (inputs + outputs) * cpu_elem_ns
     _HzDequantize, _HzQuantize, layout converts (CPU) = elements * convert_elem_ns
-    task          = task_overhead (CPU, per frame: the runtime's submission and completion)
+    task          = task_overhead + output bytes * output_byte_ns (CPU, per frame: the runtime's
+                    submission and completion, and its output buffers)
 
     makertbin's line: latency = the sum of the BPU steps, FPS = 1 / latency (the BPU
     busy all the time, as the real compiler's line), DDR = loaded + stored bytes.
@@ -71,6 +72,24 @@ class Param:
 
 
 # --- the parameter table ---------------------------------------------------------------------------
+#: Where bench/x5_fit.py starts, and what its weak ridge pulls towards: physical guesses (assumed).
+START_VALUES = {
+    "conv_efficiency": 0.35,
+    "conv1x1_efficiency": 0.25,
+    "dwconv_macs_per_cycle": 128.0,
+    "matmul_efficiency": 0.10,
+    "vector_elems_per_cycle": 64.0,
+    "lut_elems_per_cycle": 32.0,
+    "move_bytes_per_cycle": 64.0,
+    "ddr_bytes_per_cycle": 8.0,
+    "layer_overhead_us": 2.0,
+    "subgraph_overhead_us": 30.0,
+    "cpu_elem_ns": 5.0,
+    "cpu_op_overhead_us": 20.0,
+    "convert_elem_ns": 2.0,
+    "task_overhead_us": 200.0,
+    "output_byte_ns": 1.0,
+}
 # FITTED-BEGIN (bench/x5_fit.py rewrites the block between these markers)
 FIT_SOURCE = "initial values, not fitted yet"
 FITTED_VALUES = {
@@ -88,6 +107,7 @@ FITTED_VALUES = {
     "cpu_op_overhead_us": 20.0,
     "convert_elem_ns": 2.0,
     "task_overhead_us": 200.0,
+    "output_byte_ns": 1.0,
 }
 # FITTED-END
 
@@ -106,6 +126,7 @@ _FITTED_DOCS = {
     "cpu_op_overhead_us": ("us", "fixed cost of each CPU operator"),
     "convert_elem_ns": ("ns/element", "_HzDequantize / _HzQuantize / layout convert on an A55 core, per element"),
     "task_overhead_us": ("us", "per frame on the CPU: the runtime's task submission and completion"),
+    "output_byte_ns": ("ns/byte", "per frame on the CPU, per byte of the model's outputs: handing the output buffers over"),
 }
 
 
