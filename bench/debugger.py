@@ -157,7 +157,7 @@ def estimated_fps(lines: List[str]) -> float:
 
 def int16_check(quantized: str, node_info: Dict[str, dict]) -> List[str]:
     """Per configured node: the dtypes of its activation inputs and its output in the quantized model."""
-    from bpuemu.host.quant.graph import DQ, Q, GraphIndex
+    from bpuemu.host.onnxgraph import DQ, Q, GraphIndex
 
     idx = GraphIndex(onnx.load(quantized))
 

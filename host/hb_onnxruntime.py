@@ -24,8 +24,7 @@ import numpy as np
 import onnx
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.board.runtime.sessions import session_options
-from bpuemu.host.convert.onnx_file import load_onnx
+from bpuemu.host.onnxgraph import load_onnx, open_session
 
 
 def _has_calibration_nodes(model: onnx.ModelProto) -> bool:
@@ -35,8 +34,6 @@ def _has_calibration_nodes(model: onnx.ModelProto) -> bool:
 class HB_ONNXRuntime:  # noqa: N801 - the toolchain's public name
     def __init__(self, model_file: Optional[str] = None, onnx_model: Optional[onnx.ModelProto] = None,
                  intra_op_threads: int = 1):
-        import onnxruntime as ort
-
         if onnx_model is None:
             if not model_file:
                 raise InvalidInput("HB_ONNXRuntime needs model_file or onnx_model")
@@ -46,11 +43,7 @@ class HB_ONNXRuntime:  # noqa: N801 - the toolchain's public name
 
             onnx_model = calibrated_to_fakequant(onnx_model)
         self.model = onnx_model
-        try:
-            self.session = ort.InferenceSession(onnx_model.SerializeToString(), session_options(intra_op_threads),
-                                                providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise InvalidInput(f"onnxruntime cannot load {model_file or 'the model'}: {exc}") from None
+        self.session = open_session(onnx_model, intra_op_threads=intra_op_threads, what=model_file or "the model")
         self._inputs = {i.name: i for i in self.session.get_inputs()}
 
     @property

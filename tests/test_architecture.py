@@ -85,7 +85,7 @@ COPIED_CORE = (
     (re.compile(r"random_rt_input\("), "random inputs with seed 0 (random_rt_inputs)"),
     (re.compile(r"einsum\(\"i,i->\""), "cosine"),
     (re.compile(r"choose one"), "choosing a model by name"),
-    (re.compile(r"is not a readable ONNX model"), "loading an ONNX file (bpuemu.host.convert.onnx_file)"),
+    (re.compile(r"is not a readable ONNX model"), "loading an ONNX file (bpuemu.host.onnxgraph.load_onnx)"),
 )
 
 
@@ -103,7 +103,7 @@ def test_common_holds_the_numerical_core():
         defined = {n.name for n in ast.walk(tree) if isinstance(n, (ast.FunctionDef, ast.ClassDef))}
         assert not defined & (set(NUMERICAL_CORE) | {"cosine"}), f"{path} redefines {defined & set(NUMERICAL_CORE)}"
         text = path.read_text()
-        if path == ROOT / "host" / "convert" / "onnx_file.py":
+        if path == ROOT / "host" / "onnxgraph" / "model.py":
             continue
         for pattern, what in COPIED_CORE:
             assert not pattern.search(text), f"{path.relative_to(ROOT)} re-implements {what}; use bpuemu.common"

@@ -25,6 +25,7 @@ from onnx import helper
 from bpuemu.common.container import decode_bin, encode_bin
 from bpuemu.common.errors import InvalidInput, InvalidModelFile
 from bpuemu.common.proto import model_pb2
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, open_session
 
 log = logging.getLogger("bpuemu.host.makertbin")
 
@@ -45,9 +46,7 @@ def rebatch(quantized: onnx.ModelProto, batch: int) -> onnx.ModelProto:
     del m.graph.value_info[:]
     try:
         m = onnx.shape_inference.infer_shapes(m, strict_mode=True)
-        import onnxruntime as ort
-
-        sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
+        sess = open_session(m)  # as the board will run it
         feed = {}
         for i in sess.get_inputs():
             shape = [d if isinstance(d, int) else batch for d in i.shape]
@@ -66,20 +65,16 @@ def with_layer_outputs(quantized: onnx.ModelProto) -> onnx.ModelProto:
     """Add a DequantizeLinear of every Conv's quantized output as a model output (layer_out_dump)."""
     m = onnx.ModelProto.FromString(quantized.SerializeToString())
     g = m.graph
-    consumers: Dict[str, list] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
-    outputs = {o.name for o in g.output}
+    idx = GraphIndex(m)
     added = 0
-    for n in list(g.node):
+    for n in idx.nodes:
         if n.op_type != "Conv":
             continue
-        q = next((c for c in consumers.get(n.output[0], []) if c.op_type == "QuantizeLinear"), None)
-        if q is None or n.output[0] in outputs:
+        q = next((c for c in idx.readers(n.output[0]) if c.op_type == Q), None)
+        if q is None or n.output[0] in idx.outputs:
             continue
         name = f"{n.name}_layer_out"
-        dq = helper.make_node("DequantizeLinear", [q.output[0]] + list(q.input[1:]), [name], name=f"{n.name}_layer_out_dump")
+        dq = helper.make_node(DQ, [q.output[0]] + list(q.input[1:]), [name], name=f"{n.name}_layer_out_dump")
         for a in q.attribute:
             if a.name == "axis":
                 dq.attribute.append(a)

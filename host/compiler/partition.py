@@ -25,7 +25,7 @@ from typing import Dict, List, Optional, Sequence, Set, Tuple
 
 import numpy as np
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
@@ -33,13 +33,12 @@ from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_IN
 from bpuemu.common.input_types import rt_byte_size, rt_shape
 from bpuemu.host.compiler.fuse_preprocess import fuse_preprocess
 from bpuemu.host.compiler.optable import BPU_OPS
-from bpuemu.host.quant.graph import name_nodes
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, name_nodes, value_infos
 
 Kind = model_pb2.PlanStep
 #: compiler_parameters.input_source values -> the tensor properties' inputSource.
 INPUT_SOURCES = {"ddr": model_pb2.HB_DNN_INPUT_FROM_DDR, "pyramid": model_pb2.HB_DNN_INPUT_FROM_PYRAMID,
                  "resizer": model_pb2.HB_DNN_INPUT_FROM_RESIZER}
-Q, DQ = "QuantizeLinear", "DequantizeLinear"
 
 
 @dataclass
@@ -97,32 +96,13 @@ def _safe(name: str) -> str:
     return "".join(c if c.isalnum() or c in "_-." else "_" for c in name)
 
 
-class _Graph:
-    """Producer/consumer maps of the quantized graph."""
+class _Graph(GraphIndex):
+    """The quantized graph's index (unnamed nodes named first), with the types of its tensors."""
 
     def __init__(self, model: onnx.ModelProto):
-        self.model = model
-        g = model.graph
         name_nodes(model)
-        self.nodes = list(g.node)
-        self.index = {n.name: i for i, n in enumerate(self.nodes)}
-        self.inits = {t.name: t for t in g.initializer}
-        self.graph_inputs = [i.name for i in g.input if i.name not in self.inits]
-        self.graph_outputs = [o.name for o in g.output]
-        self.producer: Dict[str, onnx.NodeProto] = {}
-        self.consumers: Dict[str, List[onnx.NodeProto]] = {}
-        for n in self.nodes:
-            for o in n.output:
-                if o:
-                    self.producer[o] = n
-            for i in n.input:
-                if i:
-                    self.consumers.setdefault(i, []).append(n)
-        inferred = onnx.shape_inference.infer_shapes(model)
-        self.value_info = {vi.name: vi for vi in list(inferred.graph.value_info) + list(g.input) + list(g.output)}
-
-    def const(self, name: str) -> np.ndarray:
-        return numpy_helper.to_array(self.inits[name])
+        super().__init__(model)
+        self.value_info = value_infos(model)
 
     def is_float(self, tensor: str) -> bool:
         vi = self.value_info.get(tensor)
@@ -143,9 +123,9 @@ def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str], force_bpu: Set
     for o in node.output:
         if not g.is_float(o):
             continue  # an exact integer result (ArgMax's indices) leaves the BPU as it is
-        if o in g.graph_outputs:
+        if o in g.outputs:
             return "CPU"
-        if any(c.op_type != Q for c in g.consumers.get(o, [])):
+        if any(c.op_type != Q for c in g.readers(o)):
             return "CPU"
     return "BPU"
 
@@ -163,12 +143,12 @@ def _partition(g: _Graph, model_name: str, force_cpu: Set[str], force_bpu: Set[s
     n_sub = 0
     for node in g.nodes:
         if node.op_type == DQ:
-            if node.output[0] in g.graph_outputs and node.input[0] not in g.inits:
+            if node.output[0] in g.outputs and node.input[0] not in g.inits:
                 output_dq[node.output[0]] = node
             continue  # copied into consuming pieces below
         if node.op_type == Q:
             src = node.input[0]
-            if src in g.graph_inputs:
+            if src in g.inputs:
                 pieces.append(Piece(Kind.QUANTIZE, f"{node.name}_HzQuantize", [node]))
                 piece_of[node.name] = pieces[-1]
                 continue
@@ -201,7 +181,7 @@ def _with_feeding_dq(g: _Graph, piece: Piece) -> List[onnx.NodeProto]:
             p = g.producer.get(i)
             if p is not None and p.op_type == DQ and p.name not in names:
                 extra[p.name] = p
-    return sorted(list(piece.nodes) + list(extra.values()), key=lambda n: g.index[n.name])
+    return sorted(list(piece.nodes) + list(extra.values()), key=lambda n: g.position[n.name])
 
 
 def _piece_io(g: _Graph, nodes: List[onnx.NodeProto]) -> Tuple[List[str], List[str]]:
@@ -278,8 +258,8 @@ def compile_model(
     g = _Graph(quantized)
     specs = list(input_specs) if input_specs is not None else featuremap_specs(quantized)
     spec_names = [s.plan_tensor for s in specs]
-    if sorted(spec_names) != sorted(g.graph_inputs):
-        raise InvalidInput(f"input specs {spec_names} do not match the model inputs {g.graph_inputs}")
+    if sorted(spec_names) != sorted(g.inputs):
+        raise InvalidInput(f"input specs {spec_names} do not match the model inputs {g.inputs}")
     pieces, output_dq = _partition(g, model_name, set(force_cpu), set(force_bpu))
 
     plan: List[model_pb2.PlanStep] = []
@@ -293,7 +273,7 @@ def compile_model(
     piece_nodes = [_with_feeding_dq(g, p) for p in pieces]
     for p, nodes in zip(pieces, piece_nodes):
         p.inputs, _ = _piece_io(g, nodes)
-    read_elsewhere: Set[str] = set(g.graph_outputs) | {n.input[0] for n in output_dq.values()}
+    read_elsewhere: Set[str] = set(g.outputs) | {n.input[0] for n in output_dq.values()}
     for p in pieces:
         read_elsewhere.update(p.inputs)
     made_by: Dict[str, Piece] = {}
@@ -327,7 +307,7 @@ def compile_model(
         if is_bpu:
             to_cpu = [
                 o for o in p.outputs
-                if o in g.graph_outputs
+                if o in g.outputs
                 or any(n.input[0] == o for n in output_dq.values())
                 or any(o in q.inputs and q.kind != Kind.BPU_SUBGRAPH for q in pieces)
             ]
@@ -344,8 +324,8 @@ def compile_model(
             plan.append(_dequantize_step(g, dq))
 
     if fuse_preprocess_steps:
-        fuse_preprocess(plan, blobs, specs, list(g.graph_outputs))
-    model = model_pb2.Model(name=model_name, march=march, output_tensors=g.graph_outputs)
+        fuse_preprocess(plan, blobs, specs, list(g.outputs))
+    model = model_pb2.Model(name=model_name, march=march, output_tensors=g.outputs)
     model.input_specs.extend(specs)
     for spec in specs:
         tt = TENSOR_TYPE_OF_INPUT_TYPE[spec.input_type_rt]
@@ -362,7 +342,7 @@ def compile_model(
         model.inputs.append(
             make_properties(spec.name, rt_shape(spec), tt, layout, byte_size=rt_byte_size(spec), input_source=source)
         )
-    for out in g.graph_outputs:
+    for out in g.outputs:
         dtype = _np_dtype(g, out)
         shape = _shape(g, out)
         layout = LAYOUT.HB_DNN_LAYOUT_NCHW if len(shape) == 4 else LAYOUT.HB_DNN_LAYOUT_NONE

@@ -16,14 +16,13 @@ Numerically equivalent rewrites that make a float model quantize well:
 import logging
 import os
 import tempfile
-from typing import Dict, List, Optional
+from typing import Dict, Optional
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
-from bpuemu.common.errors import InvalidInput
-from bpuemu.host.quant.graph import convert_opset, default_opset, name_nodes
+from bpuemu.host.onnxgraph import GraphIndex, convert_opset, default_opset, name_nodes, open_session
 
 log = logging.getLogger("bpuemu.host.convert")
 
@@ -40,6 +39,8 @@ def raise_opset(model: onnx.ModelProto, target: int = MIN_OPSET) -> onnx.ModelPr
 
 
 def ort_basic_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
+    """onnxruntime's basic graph optimizations, as the model onnxruntime saves after applying them
+    (its own options: this session exists to write that model, not to compute like the board)."""
     import onnxruntime as ort
 
     opts = ort.SessionOptions()
@@ -48,10 +49,7 @@ def ort_basic_optimize(model: onnx.ModelProto) -> onnx.ModelProto:
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "optimized.onnx")
         opts.optimized_model_filepath = out
-        try:
-            ort.InferenceSession(model.SerializeToString(), opts, providers=["CPUExecutionProvider"])
-        except Exception as exc:
-            raise InvalidInput(f"onnxruntime cannot load the model: {exc}") from None
+        open_session(model, opts, board_options=False)
         optimized = onnx.load(out)
     # Keep the producer's graph name and the original input order.
     optimized.graph.name = model.graph.name
@@ -75,10 +73,7 @@ def fuse_hardswish(model: onnx.ModelProto, dry_run: bool = False) -> int:
         return 0
     g = model.graph
     consts = _consts(model)
-    consumers: Dict[str, List[onnx.NodeProto]] = {}
-    for n in g.node:
-        for i in n.input:
-            consumers.setdefault(i, []).append(n)
+    idx = GraphIndex(model)
     fused, remove = 0, set()
     for add in list(g.node):
         if add.op_type != "Add" or add.name in remove:
@@ -87,17 +82,17 @@ def fuse_hardswish(model: onnx.ModelProto, dry_run: bool = False) -> int:
         three = next((i for i in add.input if _scalar(consts, i) is not None), None)
         if x is None or three is None or abs(_scalar(consts, three) - 3.0) > 1e-6:
             continue
-        clip = consumers.get(add.output[0], [])
+        clip = idx.readers(add.output[0])
         if len(clip) != 1 or clip[0].op_type != "Clip" or len(clip[0].input) < 3:
             continue
         clip = clip[0]
         if _scalar(consts, clip.input[1]) != 0.0 or _scalar(consts, clip.input[2]) != 6.0:
             continue
-        mul = consumers.get(clip.output[0], [])
+        mul = idx.readers(clip.output[0])
         if len(mul) != 1 or mul[0].op_type != "Mul" or x not in mul[0].input:
             continue
         mul = mul[0]
-        tail = consumers.get(mul.output[0], [])
+        tail = idx.readers(mul.output[0])
         if len(tail) != 1:
             continue
         tail = tail[0]
@@ -170,18 +165,14 @@ def fold_conv_mul_add(model: onnx.ModelProto) -> int:
     folded = 0
     while True:
         consts = _consts(model)
-        outputs = {o.name for o in g.output}
-        consumers: Dict[str, List[onnx.NodeProto]] = {}
-        for n in g.node:
-            for i in n.input:
-                consumers.setdefault(i, []).append(n)
+        idx = GraphIndex(model)
         done = False
         for conv in g.node:
             if conv.op_type != "Conv" or len(conv.input) < 2 or conv.input[1] not in consts:
                 continue
             out = conv.output[0]
-            users = consumers.get(out, [])
-            if out in outputs or len(users) != 1 or users[0].op_type not in ("Mul", "Add"):
+            users = idx.readers(out)
+            if out in idx.outputs or len(users) != 1 or users[0].op_type not in ("Mul", "Add"):
                 continue
             op = users[0]
             other = [i for i in op.input if i != out]

@@ -30,9 +30,9 @@ from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
-from bpuemu.host.convert.onnx_file import load_onnx
 from bpuemu.host.convert.optimizer import optimize
 from bpuemu.host.convert.preprocess import InputPreprocess, insert_preprocess
+from bpuemu.host.onnxgraph import has_qdq, load_onnx, name_nodes, open_session
 
 log = logging.getLogger("bpuemu.host.makertbin")
 
@@ -328,7 +328,7 @@ def _report_outputs(sim, samples: int) -> None:
 def _report_joins(optimized: onnx.ModelProto, quantized: onnx.ModelProto, feeds) -> None:
     """Outputs fed by a Concat, part by part: one cosine over a whole output can hide a
     collapsed part (bpuemu.host.quant.joins); one WARNING per join of mismatched ranges."""
-    from bpuemu.host.quant.graph import has_qdq, prepare_model
+    from bpuemu.host.quant.graph import prepare_model
     from bpuemu.host.quant.joins import check_joins
 
     if has_qdq(optimized):
@@ -354,7 +354,6 @@ def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[s
     from bpuemu.host.compiler.optable import check_constraints
     from bpuemu.host.compiler.placement import place
     from bpuemu.host.quant import qdq_wrapped_nodes, strip_qdq
-    from bpuemu.host.quant.graph import has_qdq, name_nodes
 
     force_bpu = set(job.force_bpu)
     model = optimized
@@ -378,7 +377,7 @@ def _check_loads(model: onnx.ModelProto, path: str) -> None:
     import onnxruntime as ort
 
     try:
-        ort.InferenceSession(model.SerializeToString(), providers=["CPUExecutionProvider"])
-    except Exception as exc:
-        raise BpuEmuError(f"the quantized model does not load in onnxruntime {ort.__version__}: {exc}",
+        open_session(model, board_options=False, what="the quantized model")  # stock onnxruntime: what users run it with
+    except InvalidInput as exc:
+        raise BpuEmuError(f"{exc.message} (onnxruntime {ort.__version__})",
                           hint="this is a bpuemu bug; please report it with the model") from None

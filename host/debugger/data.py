@@ -21,9 +21,9 @@ import onnx
 from onnx import helper
 
 from bpuemu.common.errors import InvalidInput, NotFound
-from bpuemu.host.convert.onnx_file import load_onnx
+from bpuemu.host.onnxgraph import GraphIndex, load_onnx, tensor_infos
 from bpuemu.host.quant.emit import CALIBRATION_OP, calibrated_to_fakequant
-from bpuemu.host.quant.graph import GraphIndex, float_source, tensor_infos
+from bpuemu.host.quant.graph import float_source
 
 Sample = Dict[str, np.ndarray]
 KINDS = ("node", "weight", "activation")

@@ -15,7 +15,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.host.debugger import plots
 from bpuemu.host.debugger.data import CalibratedModel, CalibrationNode, Sample, load_data, load_model
 from bpuemu.host.debugger.engine import progress
-from bpuemu.host.quant.graph import GraphIndex, feed_for, session, with_outputs
+from bpuemu.host.onnxgraph import GraphIndex, feed_for, open_session, with_outputs
 
 
 def _names(nodes_list) -> List[str]:
@@ -54,7 +54,7 @@ def collect(cm: CalibratedModel, samples: Sequence[Sample], float_tensors: Seque
     """{'float': {tensor: [per sample]}, 'quantized': {...}}: one run of each model per sample."""
     out: Dict[str, Dict[str, List[np.ndarray]]] = {"float": {}, "quantized": {}}
     runs = [("float", (), list(dict.fromkeys(float_tensors))), ("quantized", None, list(dict.fromkeys(quant_tensors)))]
-    sessions = [(key, session(with_outputs(cm.fakequant(en), names, cm.infos)), names) for key, en, names in runs if names]
+    sessions = [(key, open_session(with_outputs(cm.fakequant(en), names, cm.infos)), names) for key, en, names in runs if names]
     for s in progress(samples, "samples"):
         for key, sess, names in sessions:
             feed = feed_for(sess, s)

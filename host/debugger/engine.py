@@ -22,7 +22,7 @@ from tqdm import tqdm
 from bpuemu.common.compare import METRICS, Metric
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.debugger.data import CalibratedModel, Sample
-from bpuemu.host.quant.graph import feed_for, session, with_outputs
+from bpuemu.host.onnxgraph import feed_for, open_session, with_outputs
 
 
 def resolve_metrics(metrics) -> List[Metric]:
@@ -69,7 +69,7 @@ class Evaluator:
         model = self.cm.fakequant(enabled)
         if set(self.tensors) - set(self.cm.outputs):
             model = with_outputs(model, self.tensors, self.cm.infos)
-        return session(model)
+        return open_session(model)
 
     def outputs(self, enabled: Optional[Sequence[str]]) -> List[List[np.ndarray]]:
         sess = self.session(enabled)
@@ -127,8 +127,8 @@ def tensor_curves(cm: CalibratedModel, samples: Sequence[Sample], candidates: Di
     averaged over samples. The float model runs once per sample; each candidate has one session."""
     pairs = node_tensors(cm)
     tensors = list(dict.fromkeys(t for _, t in pairs))
-    float_sess = session(with_outputs(cm.fakequant(()), tensors, cm.infos))
-    sessions = {label: session(with_outputs(cm.fakequant(enabled), tensors, cm.infos))
+    float_sess = open_session(with_outputs(cm.fakequant(()), tensors, cm.infos))
+    sessions = {label: open_session(with_outputs(cm.fakequant(enabled), tensors, cm.infos))
                 for label, enabled in progress(candidates.items(), "candidate sessions", len(candidates))}
     sums = {label: np.zeros(len(tensors)) for label in candidates}
     for s in progress(samples, "samples"):

@@ -12,9 +12,9 @@ from typing import Dict, List, Tuple
 import onnx
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.host.convert.onnx_file import load_onnx
-from bpuemu.host.convert.optimizer import default_opset, optimize
 from bpuemu.host.compiler.placement import Placement, place
+from bpuemu.host.convert.optimizer import optimize
+from bpuemu.host.onnxgraph import default_opset, load_onnx
 
 log = logging.getLogger("bpuemu.host.checker")
 

@@ -15,10 +15,10 @@ import onnx
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.host.convert.caldata import CalInput, read_sample, to_model_inputs
-from bpuemu.host.convert.onnx_file import load_onnx
-from bpuemu.host.convert.pipeline import JobInput, input_spec
+from bpuemu.host.convert.pipeline import input_spec
 from bpuemu.host.hb_onnxruntime import HB_ONNXRuntime
 from bpuemu.host.mapper.makertbin import float_inputs, job_from_config
+from bpuemu.host.onnxgraph import load_onnx, tensor_infos, with_outputs
 
 log = logging.getLogger("bpuemu.host.infer")
 
@@ -29,17 +29,8 @@ def _safe(name: str) -> str:
 
 def with_layer_outputs(model: onnx.ModelProto, op_types=("Conv",)) -> onnx.ModelProto:
     """The model with every ``op_types`` node's output added as a graph output."""
-    model = onnx.ModelProto.FromString(model.SerializeToString())
-    inferred = onnx.shape_inference.infer_shapes(model)
-    vi = {v.name: v for v in inferred.graph.value_info}
-    have = {o.name for o in model.graph.output}
-    for n in model.graph.node:
-        if n.op_type in op_types:
-            for o in n.output:
-                if o and o not in have:
-                    model.graph.output.append(vi[o] if o in vi else onnx.helper.make_empty_tensor_value_info(o))
-                    have.add(o)
-    return model
+    layers = [o for n in model.graph.node if n.op_type in op_types for o in n.output if o]
+    return with_outputs(model, layers, tensor_infos(model))
 
 
 def run_infer(config_path: str, model_file: str, image_files: Sequence[Tuple[str, str]], output_dir: str,

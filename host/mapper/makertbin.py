@@ -9,7 +9,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput
-from bpuemu.host.convert.onnx_file import load_onnx
+from bpuemu.host.onnxgraph import load_onnx
 from bpuemu.host.convert.pipeline import Artifacts, ConvertJob, JobInput, run
 from bpuemu.host.convert.preprocess import InputPreprocess
 

@@ -20,9 +20,12 @@ from bpuemu.host.quant.calibrators import (
     MAX, Calibration, Method, ThresholdCache, group_params, needs_histogram, percentile_method,
 )
 from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
+from bpuemu.host.onnxgraph import (
+    DQ, Q, GraphIndex, constants_to_initializers, convert_opset, default_opset, feed_for, has_qdq, name_nodes,
+    open_session, tensor_infos, with_outputs,
+)
 from bpuemu.host.quant.graph import (
-    DQ, INT16_OPSET, MIN_OPSET, Q, GraphIndex, LoadedQuant, LoadedWeight, constants_to_initializers, convert_opset,
-    default_opset, feed_for, float_outputs, has_qdq, name_nodes, prepare_model, session, strip_qdq, with_outputs,
+    INT16_OPSET, MIN_OPSET, LoadedQuant, LoadedWeight, float_outputs, prepare_model, strip_qdq,
 )
 from bpuemu.host.quant.marking import QuantPlan, build_plan
 from bpuemu.host.quant.options import Int16Spec, QuantOptions
@@ -446,8 +449,6 @@ def similarity(
 ) -> Similarity:
     """Node and output cosine similarities from one run of each model per sample
     (what makertbin reports; see ``node_cosines`` and ``output_cosines``)."""
-    from bpuemu.host.quant.graph import tensor_infos
-
     fm = prepare_model(float_model) if not has_qdq(float_model) else float_model
     fidx, qidx = GraphIndex(fm), GraphIndex(quantized_model)
     fused = fused_activations(fm, quantized_model)
@@ -469,8 +470,8 @@ def similarity(
     q_infos = tensor_infos(quantized_model)
     f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
     q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
-    fs = session(with_outputs(fm, f_names, f_infos))
-    qs = session(with_outputs(quantized_model, q_names, q_infos))
+    fs = open_session(with_outputs(fm, f_names, f_infos))
+    qs = open_session(with_outputs(quantized_model, q_names, q_infos))
     compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
     sums: Dict[tuple, float] = {k: 0.0 for k in compared}
     ref, got = [], []

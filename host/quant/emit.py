@@ -31,7 +31,8 @@ import onnx
 from onnx import TensorProto, helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.host.quant.graph import DQ, Q, GraphIndex, INT16_OPSET, convert_opset, default_opset
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, convert_opset, default_opset
+from bpuemu.host.quant.graph import INT16_OPSET
 from bpuemu.host.quant.marking import QuantPlan
 from bpuemu.host.quant.params import NP_DTYPE, TensorQuant, WeightQuant
 

@@ -1,82 +1,27 @@
-"""ONNX graph helpers of the quantizer: normalizing the float model, reading a QDQ model,
-running models with the runtime's session options, cosine similarity.
+"""The quantizer's view of a model: the normalized float model, a QDQ model read back
+(``strip_qdq``), and the tensors accuracy is measured at.
 
-Every model the quantizer evaluates runs with
-``bpuemu.board.runtime.sessions.session_options()`` (QDQ fusion off), the way
-the board runtime runs the `.bin` (DESIGN.md, "Numerical contract").
+Graph indexing, opsets and sessions come from the ONNX graph toolkit
+(bpuemu.host.onnxgraph); every model the quantizer evaluates runs in a session
+it opens with the board runtime's options (QDQ fusion off), the way the board
+runtime runs the `.bin` (DESIGN.md, "Numerical contract").
 """
 import copy
-import logging
 from dataclasses import dataclass
-from typing import Callable, Dict, Iterable, List, Mapping, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper, numpy_helper
+from onnx import TensorProto, numpy_helper
 
-from bpuemu.common.errors import InvalidInput
 from bpuemu.common.numerics import dequantize
-from bpuemu.common.tensor import ORT_DTYPES
-
-log = logging.getLogger("bpuemu.host.quant")
+from bpuemu.host.onnxgraph import (
+    DQ, Q, GraphIndex, attr, constants_to_initializers, convert_opset, feed_for, name_nodes, open_session, tensor_infos,
+    with_outputs,
+)
 
 MIN_OPSET = 13
 INT16_OPSET = 21  # QuantizeLinear/DequantizeLinear take int16 from opset 21 on
-Q, DQ = "QuantizeLinear", "DequantizeLinear"
-
-
-def default_opset(model: onnx.ModelProto) -> int:
-    return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)
-
-
-def convert_opset(model: onnx.ModelProto, target: int) -> onnx.ModelProto:
-    """onnx.version_converter to ``target`` (no-op when already there); raises InvalidInput."""
-    if default_opset(model) >= target:
-        return model
-    from onnx import version_converter
-
-    try:
-        converted = version_converter.convert_version(model, target)
-    except Exception as exc:  # the converter raises several internal types
-        raise InvalidInput(f"cannot convert the model from opset {default_opset(model)} to {target}: {exc}") from None
-    converted.ir_version = max(converted.ir_version, helper.find_min_ir_version_for(list(converted.opset_import), True))
-    return converted
-
-
-def constants_to_initializers(model: onnx.ModelProto) -> None:
-    """Constant nodes -> initializers, so weights held as Constant are seen as weights."""
-    g = model.graph
-    keep = []
-    for n in g.node:
-        if n.op_type == "Constant" and len(n.attribute) == 1 and n.output[0] not in {o.name for o in g.output}:
-            a = n.attribute[0]
-            value = helper.get_attribute_value(a)
-            if a.name == "value":
-                arr = numpy_helper.to_array(value)
-            elif a.name in ("value_float", "value_int"):
-                arr = np.array(value, dtype=np.float32 if a.name == "value_float" else np.int64)
-            elif a.name in ("value_floats", "value_ints"):
-                arr = np.array(value, dtype=np.float32 if a.name == "value_floats" else np.int64)
-            else:
-                keep.append(n)
-                continue
-            g.initializer.append(numpy_helper.from_array(arr, n.output[0]))
-        else:
-            keep.append(n)
-    if len(keep) != len(g.node):
-        del g.node[:]
-        g.node.extend(keep)
-
-
-def name_nodes(model: onnx.ModelProto) -> None:
-    """Name unnamed nodes ``<op_type>_<index>`` as the placement stage does."""
-    for i, n in enumerate(model.graph.node):
-        if not n.name:
-            n.name = f"{n.op_type}_{i}"
-
-
-def has_qdq(model: onnx.ModelProto) -> bool:
-    return any(n.op_type in (Q, DQ) for n in model.graph.node)
 
 
 def prepare_model(model: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.ModelProto:
@@ -89,68 +34,6 @@ def prepare_model(model: onnx.ModelProto, min_opset: int = MIN_OPSET) -> onnx.Mo
     constants_to_initializers(m)  # the converter may add Constant nodes
     name_nodes(m)
     return m
-
-
-@dataclass
-class TensorInfo:
-    elem_type: int
-    shape: Optional[List[int]]  # None when unknown; dims <= 0 are symbolic
-
-    @property
-    def is_float(self) -> bool:
-        return self.elem_type == TensorProto.FLOAT
-
-
-def tensor_infos(model: onnx.ModelProto) -> Dict[str, TensorInfo]:
-    """Type and shape of every tensor shape inference knows."""
-    try:
-        inferred = onnx.shape_inference.infer_shapes(model)
-    except Exception as exc:  # inference errors have several types
-        log.debug("shape inference failed (%s); using declared types only", exc)
-        inferred = model
-    out: Dict[str, TensorInfo] = {}
-    g = inferred.graph
-    for vi in list(g.value_info) + list(g.input) + list(g.output):
-        t = vi.type.tensor_type
-        if not t.elem_type:
-            continue
-        shape = [d.dim_value if d.HasField("dim_value") else -1 for d in t.shape.dim] if t.HasField("shape") else None
-        out[vi.name] = TensorInfo(t.elem_type, shape)
-    for init in g.initializer:
-        out[init.name] = TensorInfo(init.data_type, list(init.dims))
-    return out
-
-
-class GraphIndex:
-    """Producer/consumer maps of a graph."""
-
-    def __init__(self, model: onnx.ModelProto):
-        g = model.graph
-        self.model = model
-        self.nodes = list(g.node)
-        self.by_name = {n.name: n for n in self.nodes}
-        self.inits = {t.name: t for t in g.initializer}
-        self.inputs = [i.name for i in g.input if i.name not in self.inits]
-        self.outputs = [o.name for o in g.output]
-        self.producer: Dict[str, onnx.NodeProto] = {}
-        self.consumers: Dict[str, List[Tuple[onnx.NodeProto, int]]] = {}
-        for n in self.nodes:
-            for o in n.output:
-                if o:
-                    self.producer[o] = n
-            for k, i in enumerate(n.input):
-                if i:
-                    self.consumers.setdefault(i, []).append((n, k))
-
-    def const(self, name: str) -> np.ndarray:
-        return numpy_helper.to_array(self.inits[name])
-
-
-def attr(node: onnx.NodeProto, name: str, default=None):
-    for a in node.attribute:
-        if a.name == name:
-            return helper.get_attribute_value(a)
-    return default
 
 
 # --- reading a QDQ model (calibration_type: load) ------------------------------------------
@@ -324,49 +207,8 @@ class _QdqStripper:
 
 # --- running models -----------------------------------------------------------------------
 
-def session(model: onnx.ModelProto):
-    """An onnxruntime session with the board runtime's options (QDQ fusion off)."""
-    import onnxruntime as ort
-
-    from bpuemu.board.runtime.sessions import session_options
-
-    try:
-        return ort.InferenceSession(model.SerializeToString(), sess_options=session_options(), providers=["CPUExecutionProvider"])
-    except Exception as exc:  # onnxruntime's exception types vary by version
-        raise InvalidInput(f"onnxruntime cannot load the model: {exc}") from None
-
-
-
-def feed_for(sess, sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-    """The sample cast to each session input's type (X_128 floats -> int8 for a quantized model)."""
-    feed = {}
-    for i in sess.get_inputs():
-        if i.name not in sample:
-            raise InvalidInput(f"calibration sample has no data for input '{i.name}' (has {sorted(sample)})")
-        x = np.asarray(sample[i.name])
-        dtype = ORT_DTYPES.get(i.type, np.dtype(np.float32))
-        if np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer):
-            info = np.iinfo(dtype)
-            x = np.clip(np.rint(x), info.min, info.max)
-        feed[i.name] = np.ascontiguousarray(x.astype(dtype, copy=False))
-    return feed
-
-
-def with_outputs(model: onnx.ModelProto, tensors: Iterable[str], infos: Optional[Mapping[str, TensorInfo]] = None) -> onnx.ModelProto:
-    """A copy of ``model`` that also outputs ``tensors`` (for dumping intermediates)."""
-    m = copy.deepcopy(model)
-    have = {o.name for o in m.graph.output} | {i.name for i in m.graph.input}
-    for t in tensors:
-        if t in have:
-            continue
-        elem = infos[t].elem_type if infos and t in infos else TensorProto.FLOAT
-        m.graph.output.append(helper.make_tensor_value_info(t, elem, None))
-        have.add(t)
-    return m
-
-
 def float_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> List[List[np.ndarray]]:
-    sess = session(model)
+    sess = open_session(model)
     return [sess.run(None, feed_for(sess, s)) for s in samples]
 
 
@@ -401,5 +243,5 @@ def scored_tensors(model: onnx.ModelProto) -> List[str]:
 def scored_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> Tuple[List[str], List[List[np.ndarray]]]:
     """``scored_tensors(model)`` and their values on each sample."""
     names = scored_tensors(model)
-    sess = session(with_outputs(model, names))
+    sess = open_session(with_outputs(model, names))
     return names, [sess.run(names, feed_for(sess, s)) for s in samples]

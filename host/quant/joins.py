@@ -24,7 +24,7 @@ import numpy as np
 import onnx
 
 from bpuemu.common.compare import cosine_similarity
-from bpuemu.host.quant.graph import DQ, Q, GraphIndex, attr, feed_for, session, with_outputs
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, attr, feed_for, open_session, with_outputs
 
 #: Parts whose float ranges differ by more than this share one scale badly (int8: 127 steps).
 RANGE_RATIO = 20.0
@@ -144,8 +144,8 @@ def check_joins(float_model: onnx.ModelProto, quantized_model: onnx.ModelProto,
     if not findings:
         return []
     f_names, q_names = list(dict.fromkeys(f_names)), list(dict.fromkeys(q_names))
-    fs = session(with_outputs(float_model, f_names))
-    qs = session(with_outputs(quantized_model, q_names))
+    fs = open_session(with_outputs(float_model, f_names))
+    qs = open_session(with_outputs(quantized_model, q_names))
     sums: Dict[tuple, float] = {}
     values: Dict[tuple, List[np.ndarray]] = {}
     for s in samples:

@@ -26,7 +26,7 @@ from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Set, Tup
 import onnx
 
 from bpuemu.host.compiler.optable import BPU_OPS
-from bpuemu.host.quant.graph import GraphIndex, TensorInfo, attr, tensor_infos
+from bpuemu.host.onnxgraph import GraphIndex, TensorInfo, attr, tensor_infos
 from bpuemu.host.quant.options import Int16Spec, QuantOptions
 
 #: Ops whose output takes the scale of their input: the op table's passively quantized ops.

@@ -39,7 +39,8 @@ import onnx
 from bpuemu.host.quant.calibrators import KL, MAX, Calibration, Method, ThresholdCache, activation_params, percentile_method
 from bpuemu.host.quant.emit import calibrated_to_fakequant, calibration_nodes, emit_calibrated, emit_quantized
 from bpuemu.common.compare import cosine_similarity as cosine
-from bpuemu.host.quant.graph import GraphIndex, feed_for, scored_outputs, session, with_outputs
+from bpuemu.host.onnxgraph import GraphIndex, feed_for, open_session, with_outputs
+from bpuemu.host.quant.graph import scored_outputs
 from bpuemu.host.quant.marking import QuantPlan
 from bpuemu.host.quant.params import Candidate, TensorQuant, WeightQuant
 
@@ -266,7 +267,7 @@ def bias_correction(plan: QuantPlan, acts, weights, samples, log: logging.Logger
     qidx = GraphIndex(qmodel)
     inputs = {n: qidx.by_name[n].input[0] for n in sites}      # the dequantized input each layer reads
     names = list(dict.fromkeys(inputs.values()))
-    sess = session(with_outputs(qmodel, names))
+    sess = open_session(with_outputs(qmodel, names))
     sums: Dict[str, np.ndarray] = {}
     for s in samples:
         for name, v in zip(names, sess.run(names, feed_for(sess, s))):

@@ -16,7 +16,7 @@ from typing import Dict, Mapping, Optional, Sequence
 import numpy as np
 import onnx
 
-from bpuemu.host.quant.graph import TensorInfo, feed_for, session, with_outputs
+from bpuemu.host.onnxgraph import TensorInfo, feed_for, open_session, with_outputs
 
 
 @dataclass
@@ -130,7 +130,7 @@ class StatisticsCollector:
     def collect_data(self, samples: Sequence[Mapping[str, np.ndarray]]) -> None:
         if self.augmented is None:
             self.augment_graph()
-        sess = session(self.augmented)
+        sess = open_session(self.augmented)
         for sample in samples:
             for t, x in self._run(sess, sample).items():
                 self._acc[t].update_range(x)

@@ -39,24 +39,15 @@ class QuantiGraph:
     """The quanti.onnx graph facts the verifier needs: inputs, outputs, producers, order."""
 
     def __init__(self, path: str):
-        from bpuemu.host.convert.onnx_file import load_onnx
+        from bpuemu.host.onnxgraph import GraphIndex, load_onnx, name_nodes
 
         self.model = load_onnx(path, "quantized model")
-        g = self.model.graph
-        inits = {t.name for t in g.initializer}
-        self.inputs = [i.name for i in g.input if i.name not in inits]
-        self.outputs = [o.name for o in g.output]
-        self.producer: Dict[str, Tuple[str, str]] = {}  # tensor -> (node name, op type)
-        self._input_of: Dict[str, str] = {}
-        constant = set(inits)
+        name_nodes(self.model)  # unnamed nodes get the names the rest of the toolchain gives them
+        self.index = idx = GraphIndex(self.model)
+        self.inputs, self.outputs = idx.inputs, idx.outputs
+        constant = set(idx.inits)
         self.activations: List[str] = []  # node outputs that depend on model inputs, in graph order
-        for i, n in enumerate(g.node):
-            name = n.name or f"{n.op_type}_{i}"
-            for o in n.output:
-                if o:
-                    self.producer[o] = (name, n.op_type)
-                    if n.op_type == "QuantizeLinear":
-                        self._input_of[o] = n.input[0]
+        for n in idx.nodes:
             if all((not x) or x in constant for x in n.input):
                 constant.update(o for o in n.output if o)  # weights and their DequantizeLinear
             else:
@@ -64,26 +55,21 @@ class QuantiGraph:
         self.order = self.inputs + self.activations
 
     def maker(self, tensor: str) -> Tuple[str, str]:
-        """The node that computes ``tensor``: for a QuantizeLinear output, the op it quantizes."""
-        node, op = self.producer.get(tensor, ("", ""))
-        src = self._input_of.get(tensor)
-        if op == "QuantizeLinear" and src in self.producer and self.producer[src][1] != "DequantizeLinear":
-            return self.producer[src]
-        return node, op
+        """(name, op type) of the node that computes ``tensor``: for a QuantizeLinear output, the op it quantizes."""
+        node = self.index.producer.get(tensor)
+        if node is None:
+            return "", ""
+        if node.op_type == "QuantizeLinear":
+            src = self.index.producer.get(node.input[0])
+            if src is not None and src.op_type != "DequantizeLinear":
+                node = src
+        return node.name, node.op_type
 
     def with_all_outputs(self):
         """A copy of the model whose graph outputs include every activation tensor."""
-        import onnx
-        from onnx import helper
+        from bpuemu.host.onnxgraph import with_outputs
 
-        m = onnx.ModelProto()
-        m.CopyFrom(self.model)
-        present = set(self.outputs)
-        for name in self.activations:
-            if name not in present:
-                m.graph.output.append(helper.make_empty_tensor_value_info(name))
-                present.add(name)
-        return m
+        return with_outputs(self.model, self.activations)
 
 
 def align_outputs(quanti_outputs: Dict[str, np.ndarray], model: model_pb2.Model) -> Dict[str, np.ndarray]:

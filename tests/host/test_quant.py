@@ -19,7 +19,7 @@ from bpuemu.host import samples as host_samples
 from bpuemu.host.compiler.partition import compile_model
 from bpuemu.host.compiler.placement import place
 from bpuemu.host.quant.calibrators import _entropy, _smooth, kl_divergences
-from bpuemu.host.quant.graph import feed_for, session
+from bpuemu.host.onnxgraph import feed_for, open_session as session
 
 try:  # tests/ imported as a package, or its directories put on sys.path by pytest
     from tests.host import quant_models as QM
@@ -473,7 +473,7 @@ def test_a_conv_fused_with_its_relu_reports_the_cosine_at_the_relu_output():
     assert cos["Conv_a"] == cos["Conv_a_relu"] > 0.999
     # What the column used to show: the clipped Conv output against the float one.
     dq = next(n for n in q.graph.node if n.op_type == "DequantizeLinear" and n.input[0].startswith("Conv_a_out"))
-    from bpuemu.host.quant.graph import with_outputs
+    from bpuemu.host.onnxgraph import with_outputs
 
     fs, qs = session(with_outputs(m, ["Conv_a_out"])), session(with_outputs(q, [dq.output[0]]))
     raw = np.mean([quant.cosine(fs.run(["Conv_a_out"], feed_for(fs, s))[0], qs.run([dq.output[0]], feed_for(qs, s))[0])

@@ -1,0 +1,57 @@
+"""The one way the host opens an onnxruntime session on a model.
+
+By default a session gets the board runtime's options
+(``bpuemu.board.runtime.sessions.session_options``: QDQ fusion off, no
+spinning): with onnxruntime's defaults a quantized model computes something
+else than the board, whose pieces run with those options (DESIGN.md,
+"Numerical contract"). A caller that wants onnxruntime's own behaviour says so
+with ``board_options=False`` (checking that a model loads in stock
+onnxruntime) and may pass its own ``options`` then (the optimizer's saved
+basic-level graph).
+"""
+from typing import Dict, Mapping, Optional, Union
+
+import numpy as np
+import onnx
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.common.tensor import ORT_DTYPES
+
+
+def open_session(model: Union[onnx.ModelProto, bytes], options=None, *, board_options: bool = True,
+                 intra_op_threads: int = 1, what: str = "the model"):
+    """An onnxruntime CPU session on ``model`` (a ModelProto or its serialized bytes).
+
+    ``board_options``: the board runtime's session options with
+    ``intra_op_threads``; False: ``options`` (an ``onnxruntime.SessionOptions``)
+    or, without them, onnxruntime's defaults. A model onnxruntime refuses is an
+    InvalidInput naming ``what``.
+    """
+    import onnxruntime as ort
+
+    if board_options:
+        if options is not None:
+            raise ValueError("options are the board runtime's unless board_options=False")
+        from bpuemu.board.runtime.sessions import session_options
+
+        options = session_options(intra_op_threads)
+    data = model.SerializeToString() if isinstance(model, onnx.ModelProto) else model
+    try:
+        return ort.InferenceSession(data, sess_options=options, providers=["CPUExecutionProvider"])
+    except Exception as exc:  # onnxruntime's exception types vary by version
+        raise InvalidInput(f"onnxruntime cannot load {what}: {exc}") from None
+
+
+def feed_for(sess, sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
+    """``sample`` cast to each session input's type (X_128 floats -> int8 for a quantized model)."""
+    feed = {}
+    for i in sess.get_inputs():
+        if i.name not in sample:
+            raise InvalidInput(f"calibration sample has no data for input '{i.name}' (has {sorted(sample)})")
+        x = np.asarray(sample[i.name])
+        dtype = ORT_DTYPES.get(i.type, np.dtype(np.float32))
+        if np.issubdtype(dtype, np.integer) and not np.issubdtype(x.dtype, np.integer):
+            info = np.iinfo(dtype)
+            x = np.clip(np.rint(x), info.min, info.max)
+        feed[i.name] = np.ascontiguousarray(x.astype(dtype, copy=False))
+    return feed
