@@ -9,7 +9,7 @@ with ``board_options=False`` (checking that a model loads in stock
 onnxruntime) and may pass its own ``options`` then (the optimizer's saved
 basic-level graph).
 """
-from typing import Dict, Mapping, Optional, Union
+from typing import Dict, Mapping, Union
 
 import numpy as np
 import onnx
