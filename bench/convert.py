@@ -65,11 +65,9 @@ import io
 import logging
 import os
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
-import zipfile
 from dataclasses import dataclass
 from typing import Callable, Dict, List, Optional, Tuple
 
@@ -79,8 +77,6 @@ import yaml
 
 from bpuemu.common.compare import cosine_similarity as cosine
 
-WHEEL = "rapidocr-onnxruntime==1.4.4"
-CACHE = os.path.join(os.path.expanduser("~"), ".cache", "bpuemu-test-models")
 PADDLE_FILES = {"cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx", "det": "ch_PP-OCRv4_det_infer.onnx"}
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")
 #: calibration_parameters of the default search's step-3 candidate, as a user would set them in the yaml.
@@ -115,18 +111,11 @@ class Case:
 # --- setting up the models and data --------------------------------------------------------------
 
 def paddle_models() -> Dict[str, str]:
-    os.makedirs(CACHE, exist_ok=True)
-    wanted = {name: os.path.join(CACHE, f) for name, f in PADDLE_FILES.items()}
-    if not all(os.path.isfile(p) for p in wanted.values()):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", CACHE, WHEEL],
-                       check=True, capture_output=True, timeout=600)
-        wheel = next(os.path.join(CACHE, f) for f in os.listdir(CACHE)
-                     if f.startswith("rapidocr_onnxruntime") and f.endswith(".whl"))
-        with zipfile.ZipFile(wheel) as z:
-            for name, path in wanted.items():
-                with open(path, "wb") as f:
-                    f.write(z.read(f"rapidocr_onnxruntime/models/{PADDLE_FILES[name]}"))
-    return wanted
+    """The wheel's cls and det, fetched and cached by the OCR sample's fetch."""
+    from bpuemu.host.samples.ocr.models import fetch
+
+    fetched = fetch()
+    return {name: fetched[name] for name in PADDLE_FILES}
 
 
 def pages(h: int, w: int, count: int, seed: int) -> List[np.ndarray]:

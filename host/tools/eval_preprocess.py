@@ -28,11 +28,13 @@ import os
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Tuple
 
+import numpy as np
+
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.common.proto import model_pb2
 from bpuemu.host.convert.caldata import IMAGE_SUFFIXES, train_to_rt
-from bpuemu.host.convert.transforms import ImageTransforms, load_rgb, rgb_to_train, transform_image
+from bpuemu.host.convert.transforms import ImageTransforms, load_rgb, rgb_to_train, transform_array, transform_image
 
 log = logging.getLogger("bpuemu.host.tools")
 
@@ -148,11 +150,22 @@ def load_table(user_yaml: Optional[str] = None) -> Dict[str, EvalModel]:
     return {name: parse_entry(name, entry) for name, entry in entries.items()}
 
 
+def pixels(image, model: EvalModel):
+    """An image file (or an HxWx3 uint8 RGB array) -> the model's H x W x 3 uint8 RGB pixels."""
+    if isinstance(image, str):
+        return transform_image(load_rgb(image), model.transforms)
+    return transform_array(np.asarray(image, dtype=np.uint8), model.transforms)
+
+
+def rt_data(rgb, model: EvalModel):
+    """The model's H x W x 3 uint8 RGB pixels -> the input_type_rt data the board reads."""
+    colour = "gray" if model.input_type_rt == "gray" else "rgb"
+    return train_to_rt(rgb_to_train(rgb, colour)[None], colour, "NHWC", model.spec())
+
+
 def preprocess(path: str, model: EvalModel) -> bytes:
     """One image -> the input_type_rt bytes the board reads."""
-    rgb = transform_image(load_rgb(path), model.transforms)
-    colour = "gray" if model.input_type_rt == "gray" else "rgb"
-    return train_to_rt(rgb_to_train(rgb, colour)[None], colour, "NHWC", model.spec()).tobytes()
+    return rt_data(pixels(path, model), model).tobytes()
 
 
 def list_images(image_dir: str, val_txt: Optional[str] = None) -> Tuple[List[str], List[str]]:
@@ -212,4 +225,4 @@ def run(model_name: str, image_dir: str, output_dir: str, val_txt: Optional[str]
     return report
 
 
-__all__ = ["EvalModel", "MODELS", "Report", "load_table", "list_images", "preprocess", "run"]
+__all__ = ["EvalModel", "MODELS", "Report", "load_table", "list_images", "pixels", "preprocess", "rt_data", "run"]

@@ -6,14 +6,11 @@ checked too, at 0.98 on average.
 
 rapidocr-onnxruntime==1.4.4 (Apache-2.0) ships PaddleOCR's text-direction
 classifier and its PP-OCRv4 text detector. They are fetched at test setup with
-``pip download --no-deps`` (cached under ~/.cache/bpuemu-test-models) and
-never committed. Calibration and held-out inputs are synthetic pages of dark
+``pip download --no-deps`` by the OCR sample's ``models.fetch`` (cached under
+~/.cache/bpuemu-test-models) and never committed. Calibration and held-out inputs are synthetic pages of dark
 text on a light background: what these models are trained on.
 """
 import os
-import subprocess
-import sys
-import zipfile
 
 import numpy as np
 import onnxruntime as ort
@@ -23,31 +20,23 @@ from bpuemu.board.runtime import Runtime
 from bpuemu.common.input_types import to_model_input
 from bpuemu.host import HB_ONNXRuntime
 from bpuemu.host.mapper.makertbin import makertbin_from_config
+from bpuemu.host.samples.ocr.models import fetch
 
 from makertbin_helpers import text_image, write_cal_dir, write_config
 
-WHEEL = "rapidocr-onnxruntime==1.4.4"
 MODELS = {
     # name: (file in the wheel, input H, W)
     "cls": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", 48, 192),
     "det": ("ch_PP-OCRv4_det_infer.onnx", 160, 160),
 }
-CACHE = os.path.join(os.path.expanduser("~"), ".cache", "bpuemu-test-models")
 
 
 @pytest.fixture(scope="module")
 def rapidocr_models():
-    os.makedirs(CACHE, exist_ok=True)
-    wanted = {name: os.path.join(CACHE, f) for name, (f, _, _) in MODELS.items()}
-    if not all(os.path.isfile(p) for p in wanted.values()):
-        subprocess.run([sys.executable, "-m", "pip", "download", "--no-deps", "-q", "-d", CACHE, WHEEL],
-                       check=True, capture_output=True, timeout=600)
-        wheel = next(os.path.join(CACHE, f) for f in os.listdir(CACHE) if f.startswith("rapidocr_onnxruntime") and f.endswith(".whl"))
-        with zipfile.ZipFile(wheel) as z:
-            for name, path in wanted.items():
-                with open(path, "wb") as f:
-                    f.write(z.read(f"rapidocr_onnxruntime/models/{MODELS[name][0]}"))
-    return wanted
+    """The wheel's models, fetched and cached by the OCR sample's own fetch (bpuemu.host.samples.ocr.models)."""
+    fetched = fetch()
+    assert all(os.path.basename(fetched[name]) == f for name, (f, _, _) in MODELS.items())
+    return {name: fetched[name] for name in MODELS}
 
 
 def _cos(a, b):
