@@ -69,7 +69,7 @@ def _wheel(cache: str) -> Optional[str]:
 def charset(rec_path: str) -> List[str]:
     """The recogniser's character list, from its ONNX metadata (``character``, one per line), in class order
     without CTC's blank (class 0) and the trailing space PaddleOCR adds (the last class)."""
-    from bpuemu.host.convert.onnx_file import load_onnx
+    from bpuemu.host.onnxgraph import load_onnx
 
     model = load_onnx(rec_path, "recogniser model", load_external_data=False)
     meta = {p.key: p.value for p in model.metadata_props}
