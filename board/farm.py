@@ -1,23 +1,31 @@
 """A board farm: several independent hrt_boardd daemons driven from one host.
 
     boards = parse_boards("10.0.0.1:9473,10.0.0.2:9473")   # or "@boards.txt"
-    outcomes = farm_perf(boards, ["m.bin"], "", PerfConfig(frame_count=200))
-    summary = summarize(outcomes)                         # FPS summed over boards
-    with FarmClient(boards) as farm:
-        sha = farm.prepare("m.bin")                       # upload + load on every board
-        farm.infer(sha, "", [x])                          # spread by gRPC round_robin
+    with FarmClient(boards, ["m.bin"]) as farm:            # upload + load on every board, in parallel
+        run = farm.perf("", PerfConfig(frame_count=200))   # the same job on every board at once
+        run.summary.fps                                    # FPS summed over the boards
+        farm.model("").infer([x])                          # one infer, spread by gRPC round_robin
+        for i, out in farm.map(lambda h, x: h.infer([x]).outputs, xs):  # items over the boards,
+            ...                                            # a lost board's items redone on the others
 
-Fan-out (``fan_out``): one thread and one BoardClient per board; a board that
-fails (unreachable, restarted mid-job, refused) becomes that board's
-``BoardOutcome.error`` and the other boards' results are kept.
+``FarmClient`` is a Backend (bpuemu.board.backends): ``model_info``, ``infer``
+and ``perf`` fan out to every board (one thread and one client per board) and
+return each board's outcome plus the aggregate, exactly as for one board; a
+board that fails (unreachable, restarted mid-job, refused) is that board's
+outcome and the other boards' results are kept. A board that cannot be opened
+(reached, given the model) is a failed outcome in every call.
 
-Infer load (``FarmClient``): one gRPC channel over all the boards' addresses
-with the ``round_robin`` load-balancing policy (bpuemu.board.client), so gRPC
-itself spreads consecutive calls over the boards, and skips a board that is
-down. The data channel is a plain connection to one board, which gRPC cannot
-balance; the farm client uses gRPC Infer only (per-board clients still use
-their data channels for everything else they do). Every board must hold the
-model first: ``prepare`` uploads and loads it on each board.
+Infer load: ``model(name)`` is a handle on one gRPC channel over all the
+boards that opened, with the ``round_robin`` load-balancing policy
+(bpuemu.board.client), so gRPC itself spreads consecutive calls over the
+boards and skips a board that is down. The data channel is a plain connection
+to one board, which gRPC cannot balance; that handle uses gRPC Infer only (the
+per-board backends use their data channels for everything else).
+
+Many items: ``map`` (``map_with_failover``) gives each board a worker that
+takes the next item; a board that is lost (unreachable, gone mid-call, past
+its deadline) stops taking items and its item in flight goes back to the
+others, so a board dying mid-run costs only that item's time.
 
 Over TLS the round-robin channel checks every board's certificate against one
 name (gRPC has one authority per channel): ``--tls-server-name``, else the
@@ -27,36 +35,27 @@ that all their certificates list.
 
 A board list file holds one HOST:PORT per line; ``#`` starts a comment.
 """
-import os
+import queue
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from collections import deque
 from dataclasses import dataclass, field
-from typing import Callable, Dict, Generic, List, Optional, Sequence, TypeVar, Union
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple, TypeVar
 
-import numpy as np
-
-from bpuemu.common.errors import BpuEmuError, InvalidInput
+from bpuemu.common.errors import BoardUnavailable, DeadlineExceeded, InvalidInput, read_text_file
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.wire import join_target, split_target
-from bpuemu.board.backends import RemoteBackend
+from bpuemu.board.backends import Backend, BoardOutcome, BoardRun, ModelHandle, RemoteBackend, RemoteModel, fan_out
 from bpuemu.board.client import BoardClient, Deadlines
-from bpuemu.board.runtime.infer import InferResult
-from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 from bpuemu.board.security import TlsConfig
 
+B = TypeVar("B")
 T = TypeVar("T")
+R = TypeVar("R")
 
 
 def _board_list_file(path: str) -> List[str]:
-    try:
-        with open(path) as f:
-            lines = f.read().splitlines()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read board list {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise InvalidInput(f"board list {path} is not text") from None
     entries = []
-    for line in lines:
+    for line in read_text_file(path, "board list").splitlines():
         line = line.split("#", 1)[0].strip()
         entries += [e.strip() for e in line.split(",") if e.strip()]
     if not entries:
@@ -120,172 +119,155 @@ class BoardAccess:
                              client_name=self.client_name)
 
 
-@dataclass
-class BoardOutcome(Generic[T]):
-    """What one board of a fan-out gave: a value, or the error that board hit."""
+# --- every board of the farm, as one backend ------------------------------------------------
 
-    target: str
-    value: Optional[T] = None
-    error: Optional[BpuEmuError] = None
+class FarmClient(Backend):
+    """Every board of a farm: a backend per board (opened in parallel), one round-robin channel for infer."""
 
-    @property
-    def ok(self) -> bool:
-        return self.error is None
-
-
-def fan_out(targets: Sequence[str], work: Callable[[str], T],
-            on_interrupt: Optional[Callable[[], None]] = None) -> List[BoardOutcome[T]]:
-    """Run ``work(target)`` for every board at once; outcomes in the order of ``targets``.
-
-    A BpuEmuError is that board's failure; anything else is a bug and propagates.
-    When the caller is interrupted (Ctrl-C), ``on_interrupt`` runs before waiting
-    for the boards' threads, so it can make them stop (cancel their jobs).
-    """
-    def one(target: str) -> BoardOutcome[T]:
-        try:
-            return BoardOutcome(target, value=work(target))
-        except BpuEmuError as exc:
-            return BoardOutcome(target, error=exc)
-
-    if not targets:
-        return []
-    pool = ThreadPoolExecutor(max_workers=len(targets), thread_name_prefix="farm")
-    try:
-        futures = [pool.submit(one, t) for t in targets]
-        return [f.result() for f in futures]
-    except BaseException:
-        if on_interrupt is not None:
-            on_interrupt()
-        raise
-    finally:
-        pool.shutdown(wait=True)
-
-
-def failures_line(what: str, outcomes: Sequence[BoardOutcome]) -> str:
-    """One line naming every failed board and why (first line of each error)."""
-    failed = [o for o in outcomes if not o.ok]
-    return f"{what} failed on {len(failed)} of {len(outcomes)} boards: " + "; ".join(map(reason, failed))
-
-
-def reason(outcome: BoardOutcome) -> str:
-    """Why a board failed, in one line that names the board."""
-    first = outcome.error.message.splitlines()[0]
-    return first if outcome.target in first else f"{outcome.target}: {first}"
-
-
-# --- perf on every board ---------------------------------------------------------------
-
-@dataclass
-class BoardPerf:
-    target: str
-    description: str  # "x86_64, bpuemu 0.1.0"
-    report: PerfReport
-
-
-def farm_perf(targets: Sequence[str], model_files: Sequence[str], model_name: str, config: PerfConfig,
-              inputs: Union[Sequence[np.ndarray], Callable] = (), access: Optional[BoardAccess] = None,
-              progress: Optional[Callable[[str, int, int, float], None]] = None,
-              cancel: Optional[threading.Event] = None) -> List[BoardOutcome[BoardPerf]]:
-    """The same perf job on every board at once (each uploads and loads the model first).
-
-    ``inputs``: arrays, or ``inputs(model_handle) -> arrays`` (empty: the boards
-    make random inputs); ``progress(target, done, total, elapsed_s)``;
-    ``cancel`` stops every board's job (so does an interrupt of the caller).
-    """
-    cancel = cancel if cancel is not None else threading.Event()
-    access = access or BoardAccess()
-
-    def one(target: str) -> BoardPerf:
-        with access.backend(target, model_files) as backend:
-            handle = backend.model(model_name)
-            info = backend.client.info
-            report = backend.client.perf(
-                handle.sha, handle.name, config, list(inputs(handle) if callable(inputs) else inputs), cancel=cancel,
-                progress=(lambda d, t, e: progress(target, d, t, e)) if progress else None)
-            return BoardPerf(target, f"{info.arch}, bpuemu {info.daemon_version}", report)
-
-    return fan_out(targets, one, on_interrupt=cancel.set)
-
-
-@dataclass
-class FarmPerfSummary:
-    """All boards together: frames and FPS summed, latency frame-weighted, percentiles the worst board's."""
-
-    boards: int
-    succeeded: int
-    frame_count: int
-    fps: float
-    average_latency_ms: float
-    worst_p50_ms: float
-    worst_p90_ms: float
-    worst_p99_ms: float
-
-
-def summarize(outcomes: Sequence[BoardOutcome[BoardPerf]]) -> FarmPerfSummary:
-    reports = [o.value.report for o in outcomes if o.ok]
-    frames = sum(r.frame_count for r in reports)
-    avg = sum(r.average_latency_ms * r.frame_count for r in reports) / frames if frames else 0.0
-    worst = lambda attr: max((getattr(r, attr) for r in reports), default=0.0)  # noqa: E731
-    return FarmPerfSummary(len(outcomes), len(reports), frames, sum(r.fps for r in reports), avg,
-                           worst("p50_ms"), worst("p90_ms"), worst("p99_ms"))
-
-
-def profile_dir(base: str, target: str) -> str:
-    """Where one board's profiler.log/csv go when several boards share --profile_path."""
-    return os.path.join(base, target.replace("[", "").replace("]", "").replace(":", "_"))
-
-
-# --- infer spread over the farm -----------------------------------------------------------
-
-class FarmClient:
-    """Every board of a farm: one client per board, plus one round-robin channel for infer."""
-
-    def __init__(self, targets: Sequence[str], access: Optional[BoardAccess] = None):
-        access = access or BoardAccess()
+    def __init__(self, targets: Sequence[str], model_files: Sequence[str], access: Optional[BoardAccess] = None):
+        super().__init__()
         if not targets:
             raise InvalidInput("a farm needs at least one board")
-        self.targets = list(targets)
-        self.boards: Dict[str, BoardClient] = {}
+        self.access = access or BoardAccess()
+        self.balanced: Optional[BoardClient] = None
+        self._boards: List[BoardOutcome[RemoteBackend]] = fan_out(
+            list(targets), lambda t: self.access.backend(t, model_files))
         try:
-            for t in self.targets:
-                self.boards[t] = access.client(t)
-            self.balanced = access.client(",".join(self.targets), data_channel=False)
+            self._balance()
         except BaseException:
             self.close()
             raise
+        self.description = f"board farm ({len(self._boards)} boards)"
+        self.address = ",".join(o.target for o in self._boards)
 
-    def prepare(self, model_path: str) -> str:
-        """Upload (when missing) and load the model on every board; its SHA-256.
+    def _balance(self) -> None:
+        """The round-robin handles: every model, on the boards that opened."""
+        opened = [o.value for o in self._boards if o.ok]
+        if not opened:
+            return
+        self.balanced = self.access.client(",".join(be.client.target for be in opened), data_channel=False)
+        for name in opened[0].model_names:
+            h = opened[0].models[name]
+            self._add(RemoteModel(self.balanced, h.sha, h.model))
 
-        Every board must take it: the first failure is raised, naming its board.
-        """
-        def one(target: str) -> str:
-            board = self.boards[target]
-            board.info  # the version handshake, with each board
-            sha = board.ensure_model(model_path)
-            board.load(sha)
-            return sha
+    def boards(self) -> List[BoardOutcome[RemoteBackend]]:
+        return list(self._boards)
 
-        outcomes = fan_out(self.targets, one)
-        failed = [o for o in outcomes if not o.ok]
-        if failed:
-            raise type(failed[0].error)(failures_line(f"preparing {os.path.basename(model_path)}", outcomes))
-        return outcomes[0].value
+    @property
+    def targets(self) -> List[str]:
+        return [o.target for o in self._boards]
 
-    def infer(self, sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
-              frame_count: int = 1) -> InferResult:
-        """One infer on whichever board gRPC's round_robin picks next."""
-        return self.balanced.infer(sha, model_name, inputs, input_names, frame_count=frame_count)
+    @property
+    def load_ms(self) -> float:
+        """The slowest board's upload and load."""
+        return max((o.value.load_ms for o in self._boards if o.ok), default=0.0)
+
+    def model(self, name: Optional[str] = None) -> ModelHandle:
+        """The model called ``name``, its infer spread by gRPC round_robin over the boards that opened."""
+        if self.balanced is None:
+            BoardRun("opening the farm", self._boards).raise_if_failed()
+        return super().model(name)
+
+    def board_models(self, name: Optional[str] = None) -> Dict[str, ModelHandle]:
+        """Board -> that board's own handle on the model, for every board that opened."""
+        return {o.target: o.value.model(name) for o in self._boards if o.ok}
+
+    def map(self, work: Callable[[ModelHandle, T], R], items: Iterable[T], model_name: Optional[str] = None
+            ) -> Iterator[Tuple[int, R]]:
+        """``work(handle, item)`` for every item, spread over the boards with failover (``map_with_failover``)."""
+        return map_with_failover(self.board_models(model_name), work, items)
 
     def stats(self) -> Dict[str, board_pb2.BoardStats]:
-        return {t: self.boards[t].stats() for t in self.targets}
+        """Each opened board's counters (GetStats)."""
+        return {o.target: o.value.client.stats() for o in self._boards if o.ok}
 
     def close(self) -> None:
-        for client in list(self.boards.values()) + ([self.balanced] if hasattr(self, "balanced") else []):
-            client.close()
+        for o in getattr(self, "_boards", []):
+            if o.ok:
+                o.value.close()
+        if self.balanced is not None:
+            self.balanced.close()
 
-    def __enter__(self) -> "FarmClient":
-        return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+# --- many items over the boards, with failover ---------------------------------------------
+
+#: Errors that mean the board is lost (not that the item is bad): its item in flight goes to another board.
+BOARD_LOST = (BoardUnavailable, DeadlineExceeded)
+
+
+def map_with_failover(boards: Mapping[str, B], work: Callable[[B, T], R], items: Iterable[T],
+                      lost: Tuple[type, ...] = BOARD_LOST) -> Iterator[Tuple[int, R]]:
+    """Yield ``(index, work(board, item))`` for every item, in the order they finish.
+
+    Each board gets one worker thread that takes the next item. A board whose
+    call raises one of ``lost`` takes no more items, and its item in flight is
+    put back for the boards left, so a board dying mid-run costs only that
+    item's time. Another error stops the run and is raised here. When every
+    board is lost with items left, BoardUnavailable names each board and why.
+    Leaving the loop early (break, an exception) stops the workers after the
+    items they are running.
+    """
+    pending = deque(enumerate(items))
+    total = len(pending)
+    lock = threading.Condition()
+    done: "queue.Queue" = queue.Queue()
+    state = {"in_flight": 0, "stop": False}
+    alive = set(boards)
+    why: Dict[str, str] = {}
+
+    def worker(name: str, board: B) -> None:
+        while True:
+            with lock:
+                while not pending and state["in_flight"] and not state["stop"]:
+                    lock.wait()  # an item in flight elsewhere may come back
+                if state["stop"] or not pending:
+                    return
+                index, item = pending.popleft()
+                state["in_flight"] += 1
+            try:
+                result = work(board, item)
+            except lost as exc:
+                with lock:
+                    pending.appendleft((index, item))
+                    state["in_flight"] -= 1
+                    alive.discard(name)
+                    why[name] = exc.message.splitlines()[0]
+                    lock.notify_all()
+                done.put(("lost", name, exc))
+                return
+            except BaseException as exc:  # noqa: B902 -- the item's own failure ends the run, raised by the caller
+                with lock:
+                    state["in_flight"] -= 1
+                    lock.notify_all()
+                done.put(("error", index, exc))
+                return
+            with lock:
+                state["in_flight"] -= 1
+                lock.notify_all()
+            done.put(("ok", index, result))
+
+    if total and not boards:
+        raise InvalidInput("no board to run the items on")
+    threads = [threading.Thread(target=worker, args=(n, b), name=f"map-{n}", daemon=True) for n, b in boards.items()]
+    for t in threads:
+        t.start()
+    try:
+        finished = 0
+        while finished < total:
+            kind, key, value = done.get()
+            if kind == "ok":
+                finished += 1
+                yield key, value
+            elif kind == "error":
+                raise value
+            else:
+                with lock:
+                    if not alive:
+                        raise BoardUnavailable(f"every board was lost with {total - finished} of {total} items left: "
+                                               + "; ".join(f"{n}: {w}" if n not in w else w for n, w in why.items()))
+    finally:
+        with lock:
+            state["stop"] = True
+            lock.notify_all()
+        for t in threads:
+            t.join()

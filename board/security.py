@@ -27,7 +27,7 @@ import ssl
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
-from bpuemu.common.errors import InvalidInput
+from bpuemu.common.errors import InvalidInput, read_text_file
 
 #: Environment variables clients read when no flag is given.
 TOKEN_ENV = "BPUEMU_TOKEN"
@@ -50,14 +50,7 @@ def read_token_file(path: str) -> str:
     """The token in ``path`` (surrounding whitespace stripped); "" when path is empty."""
     if not path:
         return ""
-    try:
-        with open(path) as f:
-            token = f.read().strip()
-    except OSError as exc:
-        raise InvalidInput(f"cannot read token file {path}: {exc.strerror}") from None
-    except UnicodeDecodeError:
-        raise InvalidInput(f"token file {path} is not text") from None
-    return check_token(token, path)
+    return check_token(read_text_file(path, "token file").strip(), path)
 
 
 def client_token(token_file: str = "") -> Optional[str]:

@@ -107,3 +107,14 @@ BY_GRPC_STATUS = {
         InternalError,
     )
 }
+
+
+def read_text_file(path: str, what: str) -> str:
+    """The text of a small file the user named (``what``: "token file", "board list"); InvalidInput when unreadable."""
+    try:
+        with open(path) as f:
+            return f.read()
+    except OSError as exc:
+        raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
+    except UnicodeDecodeError:
+        raise InvalidInput(f"{what} {path} is not text") from None

@@ -9,8 +9,8 @@ never imports the host; host commands (``bpuemu.host.cli``) use it too.
                     optional log file, Python warnings routed through it);
 * ``options``    -- reusable option groups (model, connection: --board lists,
                     --token-file, TLS, SSH) and the gflags-style boolean type;
-* one module per board command: ``hrt_model_exec`` (+ ``hrt_model_exec_farm``,
-  ``hrt_model_exec_text``), ``hrt_boardd``, ``healthcheck``.
+* one module per board command: ``hrt_model_exec`` (+ ``hrt_model_exec_text``),
+  ``hrt_boardd``, ``healthcheck``.
 
 Only the CLI packages (this one and ``bpuemu.host.cli``) import click
 (tests/test_architecture.py). Each command module runs with ``python -m``.

@@ -12,18 +12,22 @@ too: ``--model_file=a.bin,b.bin``, ``-model_file=a.bin``, a bare
 Without --board or --ssh the runtime runs in this process: on a board that is
 the board itself, on a host it is the x86 simulator. --ssh needs the host
 install (the SSH transport is a plugin, see bpuemu.board.backends).
-With several boards, perf fans out to all of them (and infer/model_info run on
-each): see bpuemu.board.cli.hrt_model_exec_farm.
+With several boards (a farm, bpuemu.board.farm) every command runs on each of
+them through the same backend call: perf prints each board's block, then a
+table of all boards and their aggregate; infer and model_info print each
+board's result, infer also whether the boards agree bit for bit. A board that
+fails is left out of the results (a FAILED row in perf's table) and named in
+the one ERROR line; the others' results are printed all the same, exit status 1.
 """
 import os
 import sys
+import threading
 
 import click
 
-from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.version import RUNTIME_VERSION, __version__
 from bpuemu.board.cli.edge import run
-from bpuemu.board.cli.options import (BOOL, CONNECTION_HINTS, GflagsCommand, connection_options, first_board, model_options, split_list,
+from bpuemu.board.cli.options import (BOOL, CONNECTION_HINTS, GflagsCommand, connection_options, model_options, split_list,
                                       version_option)
 
 #: Hints in this command's own flags for library errors about a subject (see bpuemu.board.cli.edge).
@@ -32,31 +36,17 @@ HINTS = {**CONNECTION_HINTS, "model_name": "pass --model_name NAME", "model_file
          "ssh_login": "check the user (USER@ in --ssh), the password (-p) or the key (--identity)"}
 
 
-def _farm(board):
-    """The boards of --board when it names several (a farm), else None."""
-    if not board or ("," not in board and not board.lstrip().startswith("@")):
-        return None
-    from bpuemu.board.farm import parse_boards
-
-    boards = parse_boards(board)  # --ssh with --board is refused by the ssh option group already
-    return boards if len(boards) > 1 else None
-
-
-def _access(token, tls):
-    from bpuemu.board.farm import BoardAccess
-
-    return BoardAccess(token=token, tls=tls, client_name="hrt_model_exec")
+def _command(name):
+    """A subcommand taking the model flags (--model_file, --model_name, --core_id) and the board(s) to run on."""
+    def decorate(f):
+        return cli.command(name, cls=GflagsCommand)(model_options(connection_options(f)))
+    return decorate
 
 
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True,
                         help="Print one machine-readable JSON document instead of the console text "
                              "(bpuemu.common.exec_json; README: hrt_model_exec --json).")(f)
-
-
-def _one_board_for_json(boards, as_json):
-    if boards and as_json:
-        raise click.UsageError("--json takes one board; several boards print the farm's console text")
 
 
 def _json(command, be, **fields) -> None:
@@ -71,10 +61,15 @@ def input_option(f):
                         help="One file per input, comma separated: .bin, .npy, .txt, .jpg/.jpeg/.png.")(f)
 
 
-def _open(model_file, board, token, ssh=None, tls=None):
+def _open(model_file, board, token, ssh, tls, as_json):
+    """The backend the flags name: in-process, one board, SSH, or every board of a list (a farm)."""
     from bpuemu.board.backends import open_backend
+    from bpuemu.board.farm import parse_boards
 
-    return open_backend(split_list(model_file), board=first_board(board), token=token, ssh=ssh, tls=tls)
+    boards = parse_boards(board)  # --ssh with --board is refused by the ssh option group already
+    if as_json and len(boards) > 1:
+        raise click.UsageError("--json takes one board; several boards print the farm's console text")
+    return open_backend(split_list(model_file), board=boards, token=token, ssh=ssh, tls=tls)
 
 
 def _random_inputs(handle):
@@ -90,37 +85,50 @@ def _inputs(handle, input_file):
     return read_inputs(files, handle.model.input_specs) if files else []
 
 
+class _InputsOrRandom:
+    """infer's inputs for a board: --input_file's, else random ones (said once on stderr)."""
+
+    def __init__(self, input_file: str):
+        self.input_file = input_file
+        self.noted = threading.Lock()
+
+    def __call__(self, handle):
+        inputs = _inputs(handle, self.input_file)
+        if inputs:
+            return inputs
+        if self.noted.acquire(blocking=False):
+            click.echo("no --input_file given: using random inputs", err=True)
+        return _random_inputs(handle)
+
+
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
 @version_option("hrt_model_exec", "-v", "--version", version=f"{__version__} ({RUNTIME_VERSION})")
 def cli():
     """Run, inspect and measure BPU models (emulated by bpuemu)."""
 
 
-@cli.command("model_info", cls=GflagsCommand)
-@model_options
-@connection_options
+@_command("model_info")
 @json_option
 def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json):
     """Print input and output tensor properties."""
-    from bpuemu.board.cli.hrt_model_exec_text import model_info_text
+    from bpuemu.board.cli.hrt_model_exec_text import board_header, model_info_text
 
-    boards = _farm(board)
-    _one_board_for_json(boards, as_json)
-    if boards:
-        from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd
-
-        return farm_cmd.model_info(boards, split_list(model_file), model_name, _access(token, tls))
-    with _open(model_file, board, token, ssh, tls) as be:
-        handles = [be.model(model_name)] if model_name else [be.models[n] for n in be.model_names]
+    with _open(model_file, board, token, ssh, tls, as_json) as be:
+        run = be.model_info(model_name)
         if as_json:
-            return _json("model_info", be, models=[{"name": h.name, "inputs": h.input_names, "outputs": h.output_names}
-                                                   for h in handles])
-        click.echo(model_info_text([h.model for h in handles], be.description, be.load_ms))
+            run.raise_if_failed()
+            board = run.outcomes[0].value
+            return _json("model_info", board.backend, models=[{"name": h.name, "inputs": h.input_names,
+                                                               "outputs": h.output_names} for h in board.handles])
+        for o in run.ok:
+            if len(run.outcomes) > 1:
+                click.echo(board_header(o.value.backend))
+            click.echo(model_info_text([h.model for h in o.value.handles], o.value.backend.description,
+                                       o.value.backend.load_ms))
+    run.raise_if_failed()
 
 
-@cli.command("infer", cls=GflagsCommand)
-@model_options
-@connection_options
+@_command("infer")
 @input_option
 @click.option("--frame_count", default=1, show_default=True, type=click.IntRange(1), help="Frames to run.")
 @click.option("--enable_dump", default=False, type=BOOL, help="Write the outputs to files.")
@@ -134,56 +142,39 @@ def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json)
 def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, enable_dump, dump_format,
           dump_precision, dump_txt_axis, dump_intermediate, dump_path, as_json):
     """Run inference on the given inputs (random ones when none are given)."""
-    from bpuemu.board.runtime import dump
-    from bpuemu.board.cli.hrt_model_exec_text import infer_text
+    from bpuemu.board.runtime.dump import DumpConfig
+    from bpuemu.board.cli.hrt_model_exec_text import agreement_text, board_header, infer_text
 
-    def _dump(where, h, result):
-        """(output -> files, tensor -> files) of the dumps asked for."""
-        outputs = dump.dump_outputs(where, h.name, result.outputs, dump_format, dump_precision, dump_txt_axis) \
-            if enable_dump else {}
-        inter = dump.dump_intermediate(where, h.model, result.intermediates, dump_intermediate, dump_precision,
-                                       dump_txt_axis) if dump_intermediate else {}
-        return outputs, inter
-
-    boards = _farm(board)
-    _one_board_for_json(boards, as_json)
-    if boards:
-        from bpuemu.board.farm import profile_dir
-        from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd
-
-        def dumps(target, h, result):  # each board's files in a directory of its own
-            where = profile_dir(dump_path, target)
-            return dump.files_of(*_dump(where, h, result))
-
-        return farm_cmd.infer(boards, split_list(model_file), model_name, _access(token, tls),
-                              lambda h: _inputs(h, input_file) or _random_inputs(h), frame_count, dump_intermediate > 0,
-                              dumps)
-    with _open(model_file, board, token, ssh, tls) as be:
-        h = be.model(model_name)
-        inputs = _inputs(h, input_file)
-        if not inputs:
-            click.echo("no --input_file given: using random inputs", err=True)
-            inputs = _random_inputs(h)
-        result = h.infer(inputs, frame_count=frame_count, dump_intermediate=dump_intermediate > 0)
-        outputs, intermediates = _dump(dump_path, h, result)
+    dump = DumpConfig(enable_dump, dump_format, dump_precision, dump_txt_axis, dump_intermediate)
+    with _open(model_file, board, token, ssh, tls, as_json) as be:
+        run = be.infer(model_name, _InputsOrRandom(input_file), frame_count, dump, dump_path)
         if as_json:
             from bpuemu.common.exec_json import tensor
+
+            run.raise_if_failed()
+            b = run.outcomes[0].value
+            result = b.result
 
             def rel(files):
                 return [os.path.relpath(f, dump_path) for f in files]
 
-            return _json("infer", be, model=h.name, latency_ms=result.latency_ms,
-                         outputs=[tensor(n, a, rel(outputs.get(n, []))) for n, a in result.outputs.items()],
-                         intermediates=[tensor(n, result.intermediates[n], rel(f)) for n, f in intermediates.items()])
-        click.echo(infer_text(h.name, result.outputs, result.latency_ms))
-        written = dump.files_of(outputs, intermediates)
-        if written:
-            click.echo(f"dumped {len(written)} file(s) to {os.path.abspath(dump_path)}")
+            return _json("infer", b.backend, model=b.handle.name, latency_ms=result.latency_ms,
+                         outputs=[tensor(n, a, rel(b.output_files.get(n, []))) for n, a in result.outputs.items()],
+                         intermediates=[tensor(n, result.intermediates[n], rel(f))
+                                        for n, f in b.intermediate_files.items()])
+    for o in run.ok:
+        b = o.value
+        if len(run.outcomes) > 1:
+            click.echo(board_header(b.backend))
+        click.echo(infer_text(b.handle.name, b.result.outputs, b.result.latency_ms))
+        if b.files:
+            click.echo(f"dumped {len(b.files)} file(s) to {os.path.abspath(b.directory)}")
+    if run.agreement is not None:
+        click.echo(agreement_text(run.agreement))
+    run.raise_if_failed()
 
 
-@cli.command("perf", cls=GflagsCommand)
-@model_options
-@connection_options
+@_command("perf")
 @input_option
 @click.option("--frame_count", default=200, show_default=True, type=click.IntRange(1), help="Frames to run when perf_time is 0.")
 @click.option("--perf_time", default=0.0, show_default=True, type=click.FloatRange(0), help="Run this many minutes (0: use frame_count).")
@@ -194,32 +185,29 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
          profile_path, as_json):
     """Measure latency and frame rate on the board itself (on every board of a farm at once)."""
     from bpuemu.board.runtime.perf_job import PerfConfig
+    from bpuemu.board.cli.hrt_model_exec_text import board_header, farm_perf_text
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
                         core_id=core_id, profile=bool(profile_path))
-    boards = _farm(board)
-    _one_board_for_json(boards, as_json)
-    if boards:
-        from bpuemu.board.cli import hrt_model_exec_farm as farm_cmd
-
-        return farm_cmd.perf(boards, split_list(model_file), model_name, _access(token, tls), config,
-                             lambda h: _inputs(h, input_file), _progress, profile_path)
-    with _open(model_file, board, token, ssh, tls) as be:
-        h = be.model(model_name)
-        inputs = _inputs(h, input_file)
-        with _progress(frame_count if perf_time == 0 else 0) as progress:
-            report = h.perf(config, inputs, progress=progress)
-        profiler_files = []
-        if profile_path:
-            os.makedirs(profile_path, exist_ok=True)
-            for name, text in (("profiler.log", report.profiler_log), ("profiler.csv", report.profiler_csv)):
-                write_file_atomic(os.path.join(profile_path, name), text)
-                profiler_files.append(name)
+    with _open(model_file, board, token, ssh, tls, as_json) as be:
+        n = len(be.boards())
+        with _progress(frame_count * n if perf_time == 0 else 0) as progress:
+            run = be.perf(model_name, config, lambda h: _inputs(h, input_file), progress, profile_path)
         if as_json:
-            return _json("perf", be, model=h.name, result=report.summary(), profiler_files=profiler_files)
-    click.echo(report.console())
-    if profile_path:
-        click.echo(f"profiler data written to {os.path.join(os.path.abspath(profile_path), 'profiler.log')} and profiler.csv")
+            run.raise_if_failed()
+            b = run.outcomes[0].value
+            return _json("perf", b.backend, model=b.handle.name, result=b.report.summary(),
+                         profiler_files=b.profile_files)
+    for o in run.ok:
+        if n > 1:
+            click.echo(board_header(o.value.backend))
+        click.echo(o.value.report.console())
+    if n > 1:
+        click.echo(farm_perf_text(run))
+    if profile_path and run.ok:
+        where = os.path.abspath(profile_path) + ("/<board>" if n > 1 else "")
+        click.echo(f"profiler data written to {os.path.join(where, 'profiler.log')} and profiler.csv")
+    run.raise_if_failed()
 
 
 class _progress:

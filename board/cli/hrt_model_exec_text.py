@@ -1,4 +1,4 @@
-"""What hrt_model_exec prints: tensor property blocks, infer summaries."""
+"""What hrt_model_exec prints: tensor property blocks, infer summaries, a farm's headers, agreement and perf table."""
 from typing import List, Sequence
 
 import numpy as np
@@ -69,11 +69,26 @@ def infer_text(model_name: str, outputs: dict, latencies: Sequence[float], top_k
     return "\n".join(out)
 
 
-def farm_perf_text(outcomes, summary) -> str:
+def board_header(backend) -> str:
+    """The line above one board's result when several boards answer: ``=== board HOST:PORT (arch, bpuemu V) ===``."""
+    return f"=== {backend.description} ==="
+
+
+def agreement_text(agreement) -> str:
+    """Whether the boards' infer outputs agree bit for bit (an Agreement, bpuemu.board.backends)."""
+    if agreement.differ:
+        return f"outputs differ from board {agreement.reference} on: {', '.join(agreement.differ)}"
+    if agreement.answered == agreement.boards:
+        return f"outputs identical on all {agreement.answered} boards"
+    return f"outputs identical on the {agreement.answered} boards that answered"
+
+
+def farm_perf_text(run) -> str:
     """The board farm's perf table: one row per board (or its failure), then all boards together.
 
-    ``outcomes``: BoardOutcome[BoardPerf] list; ``summary``: a FarmPerfSummary (bpuemu.board.farm).
+    ``run``: a PerfRun (bpuemu.board.backends), its ``summary`` the aggregate.
     """
+    outcomes, summary = run.outcomes, run.summary
     width = max([len(o.target) for o in outcomes] + [len("all boards")])
     head = f"{'board':<{width}}  {'frames':>8}  {'FPS':>12}  {'avg ms':>10}  {'p50 ms':>10}  {'p90 ms':>10}  {'p99 ms':>10}"
     failed = summary.boards - summary.succeeded

@@ -18,7 +18,7 @@ receives ``tls=TlsConfig(...)`` rather than four strings, and refuses a flag
 that cannot apply (naming it) instead of dropping it.
 """
 import functools
-from typing import List, Optional
+from typing import List
 
 import click
 
@@ -253,14 +253,3 @@ def connection_options(f):
 def split_list(value: str) -> List[str]:
     """``a,b, c`` -> ``["a", "b", "c"]`` (empty items dropped)."""
     return [v.strip() for v in (value or "").split(",") if v.strip()]
-
-
-def first_board(board: str) -> Optional[str]:
-    """The one board of ``--board`` (a list file naming one board included), or None."""
-    if not board:
-        return None
-    if board.lstrip().startswith("@") or "://" in board:
-        from bpuemu.board.farm import parse_boards
-
-        return parse_boards(board)[0]
-    return board

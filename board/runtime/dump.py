@@ -7,7 +7,8 @@ line holds the values of the dimensions after ``txt_axis``.
 """
 import os
 import re
-from typing import Dict, List
+from dataclasses import dataclass
+from typing import Dict, List, Tuple
 
 import numpy as np
 
@@ -88,6 +89,22 @@ def dump_intermediate(out_dir: str, model: model_pb2.Model, tensors: Dict[str, n
     return written
 
 
-def files_of(*written: Dict[str, List[str]]) -> List[str]:
-    """Every file in dump_outputs / dump_intermediate results, in writing order."""
-    return [f for w in written for files in w.values() for f in files]
+@dataclass
+class DumpConfig:
+    """Which dumps an infer writes (hrt_model_exec's --enable_dump, --dump_format, --dump_precision,
+    --dump_txt_axis, --dump_intermediate)."""
+
+    outputs: bool = False
+    fmt: str = "bin"
+    precision: int = 9
+    txt_axis: int = -1
+    intermediate: int = 0  # 0 off, 1 bin, 2/3 bin and txt
+
+    def write(self, out_dir: str, model: model_pb2.Model, model_name: str, result
+              ) -> Tuple[Dict[str, List[str]], Dict[str, List[str]]]:
+        """(output -> files, tensor -> files) of the dumps asked for, written into ``out_dir``."""
+        outputs = dump_outputs(out_dir, model_name, result.outputs, self.fmt, self.precision, self.txt_axis) \
+            if self.outputs else {}
+        inter = dump_intermediate(out_dir, model, result.intermediates, self.intermediate, self.precision,
+                                  self.txt_axis) if self.intermediate else {}
+        return outputs, inter

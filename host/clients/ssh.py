@@ -470,7 +470,8 @@ class SshModel(ModelHandle):
         data = self.session.get(posixpath.join(call, "out", name), f"download of {what}")
         return _array(data, dtype, shape, what, self.session.target)
 
-    def perf(self, config: PerfConfig, inputs=(), progress=None) -> PerfReport:
+    def perf(self, config: PerfConfig, inputs=(), progress=None, cancel=None) -> PerfReport:
+        # cancel: the remote hrt_model_exec ends with its command deadline (an SSH board is never in a farm)
         call = self.backend.new_call()
         t0 = time.monotonic()
         try:
@@ -529,6 +530,10 @@ class SshBackend(Backend):
     @property
     def target(self) -> SshTarget:
         return self.session.target
+
+    @property
+    def address(self) -> str:
+        return str(self.target)
 
     @property
     def work_dir(self) -> str:

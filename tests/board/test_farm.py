@@ -3,7 +3,9 @@
 perf fans out (a block per board, a table, the aggregate); a board killed and
 restarted mid-job is reported as that board's failure while the others'
 results are kept; infer is spread by gRPC's round_robin over all boards
-(checked with each board's own GetStats counters).
+(checked with each board's own GetStats counters); many items mapped over the
+boards survive a board SIGKILLed mid-run. One FarmClient API throughout: the
+CLI's and the library's.
 """
 import os
 import re
@@ -18,7 +20,7 @@ import numpy as np
 import pytest
 
 from bpuemu.board.backends import LocalBackend
-from bpuemu.board.farm import BoardAccess, FarmClient, farm_perf, parse_boards, summarize
+from bpuemu.board.farm import BoardAccess, FarmClient, map_with_failover, parse_boards
 from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.board.security import TlsConfig
 from bpuemu.common.errors import BoardUnavailable, Cancelled, InvalidInput
@@ -130,28 +132,47 @@ def test_perf_fans_out_to_every_board_with_a_table_and_the_aggregate(farm, rgb_m
         assert log.is_file() and log.read_text().count("***") == 1, log
 
 
-def test_perf_through_the_library(farm, rgb_model):
-    outcomes = farm_perf(_targets(farm), [rgb_model.path], "", PerfConfig(frame_count=10))
-    assert [o.target for o in outcomes] == _targets(farm) and all(o.ok for o in outcomes)
-    s = summarize(outcomes)
+def test_perf_through_the_library(farm, rgb_model, tmp_path):
+    with FarmClient(_targets(farm), [rgb_model.path]) as client:
+        run = client.perf("", PerfConfig(frame_count=10, profile=True), profile_path=str(tmp_path / "prof"))
+    assert [o.target for o in run.outcomes] == _targets(farm) and all(o.ok for o in run.outcomes)
+    s = run.summary
     assert (s.boards, s.succeeded, s.frame_count) == (N_BOARDS, N_BOARDS, 30)
-    assert s.fps == pytest.approx(sum(o.value.report.fps for o in outcomes))
+    assert s.fps == pytest.approx(sum(o.value.report.fps for o in run.outcomes))
+    run.raise_if_failed()
+    for o in run.outcomes:  # the library writes each board's profile, in a directory of its own
+        assert o.value.profile_files == ["profiler.log", "profiler.csv"]
+        assert o.value.directory == str(tmp_path / "prof" / o.target.replace(":", "_"))
+        assert (tmp_path / "prof" / o.target.replace(":", "_") / "profiler.log").read_text() == o.value.report.profiler_log
+
+
+def test_one_board_is_the_same_call(farm, rgb_model, tmp_path):
+    """A backend of one board answers the same calls, its files in the directory given (no per-board one)."""
+    from bpuemu.board.backends import open_backend
+
+    with open_backend([rgb_model.path], board=[farm[0].target]) as be:
+        run = be.perf("", PerfConfig(frame_count=5, profile=True), profile_path=str(tmp_path))
+        infer = be.infer("", [rgb_model.x])
+    assert [o.target for o in run.outcomes] == [farm[0].target] and run.summary.frame_count == 5
+    assert (tmp_path / "profiler.log").is_file()
+    assert infer.agreement is None and infer.ok[0].value.directory == "."
 
 
 def test_farm_perf_is_cancelled_on_every_board(farm, rgb_model):
     cancel = threading.Event()
-    started = set()
 
-    def progress(target, done, total, elapsed):
-        started.add(target)
-        if len(started) == N_BOARDS:
+    def cancel_when_all_run():
+        if wait_until(lambda: all(s.jobs_running == 1 for s in _stats(farm).values()), timeout=30):
             cancel.set()
 
-    t0 = time.monotonic()
-    outcomes = farm_perf(_targets(farm), [rgb_model.path], "", PerfConfig(perf_time_minutes=1.0), progress=progress,
-                         cancel=cancel)
-    assert time.monotonic() - t0 < 20
-    assert all(isinstance(o.error, Cancelled) for o in outcomes), outcomes
+    watcher = threading.Thread(target=cancel_when_all_run)
+    with FarmClient(_targets(farm), [rgb_model.path]) as client:
+        t0 = time.monotonic()
+        watcher.start()
+        run = client.perf("", PerfConfig(perf_time_minutes=1.0), cancel=cancel)
+        watcher.join()
+    assert cancel.is_set() and time.monotonic() - t0 < 20
+    assert all(isinstance(o.error, Cancelled) for o in run.outcomes), run.outcomes
     assert wait_until(lambda: all(s.jobs_running == 0 for s in _stats(farm).values()), timeout=5)
 
 
@@ -223,14 +244,14 @@ def test_round_robin_spreads_infer_over_every_board(farm, sample_models):
     expected = LocalBackend([model.path]).model().infer([model.x]).outputs
     calls = 30
     before = _stats(farm)
-    with FarmClient(_targets(farm)) as client:
-        sha = client.prepare(model.path)
-        assert sha == model.sha256
+    with FarmClient(_targets(farm), [model.path]) as client:
+        handle = client.model()
+        assert handle.sha == model.sha256
         for d in farm:  # every board holds and has loaded the model
             with d.client() as c:
-                assert c.has_model(sha).loaded
+                assert c.has_model(handle.sha).loaded
         for _ in range(calls):
-            got = client.infer(sha, "", [model.x]).outputs
+            got = handle.infer([model.x]).outputs
             assert np.array_equal(got["prob"], expected["prob"])
         assert client.balanced._data is None  # gRPC only: the data channel cannot be balanced
         after = client.stats()
@@ -242,10 +263,10 @@ def test_round_robin_spreads_infer_over_every_board(farm, sample_models):
 def test_round_robin_carries_on_when_a_board_goes_down(tmp_path_factory, rgb_model):
     daemons = [Daemon(tmp_path_factory.mktemp(f"rr_board{i}")).start() for i in range(N_BOARDS)]
     try:
-        with FarmClient(_targets(daemons)) as client:
-            sha = client.prepare(rgb_model.path)
+        with FarmClient(_targets(daemons), [rgb_model.path]) as client:
+            handle = client.model()
             for _ in range(6):
-                client.infer(sha, "", [rgb_model.x])
+                handle.infer([rgb_model.x])
             daemons[2].kill()
             survivors = daemons[:2]
             before = _stats(survivors)
@@ -253,7 +274,7 @@ def test_round_robin_carries_on_when_a_board_goes_down(tmp_path_factory, rgb_mod
             ok = 0
             for _ in range(20):
                 try:
-                    client.infer(sha, "", [rgb_model.x])
+                    handle.infer([rgb_model.x])
                     ok += 1
                 except BoardUnavailable:
                     pass  # at most the call in flight when the board went away
@@ -269,15 +290,14 @@ def test_round_robin_carries_on_when_a_board_goes_down(tmp_path_factory, rgb_mod
 def test_round_robin_over_tls_boards(start_daemon, pki, rgb_model):
     tls = TlsConfig(ca_file=pki.ca)
     daemons = [start_daemon("--tls-cert", pki.server_cert, "--tls-key", pki.server_key, tls=tls) for _ in range(2)]
-    with FarmClient(_targets(daemons), BoardAccess(tls=tls)) as client:
-        sha = client.prepare(rgb_model.path)
+    with FarmClient(_targets(daemons), [rgb_model.path], BoardAccess(tls=tls)) as client:
         for _ in range(8):
-            client.infer(sha, "", [rgb_model.x])
+            client.model().infer([rgb_model.x])
         stats = client.stats()
     assert all(s.infer_calls >= 2 for s in stats.values()), stats
-    with pytest.raises(BoardUnavailable, match="TLS"):
-        with FarmClient(_targets(daemons), BoardAccess(tls=TlsConfig(ca_file=pki.other_ca))) as client:
-            client.prepare(rgb_model.path)
+    with FarmClient(_targets(daemons), [rgb_model.path], BoardAccess(tls=TlsConfig(ca_file=pki.other_ca))) as client:
+        with pytest.raises(BoardUnavailable, match="TLS"):
+            client.model()
 
 
 def _free_target() -> str:
@@ -287,13 +307,100 @@ def _free_target() -> str:
         return f"127.0.0.1:{s.getsockname()[1]}"
 
 
-def test_prepare_names_the_board_that_failed(farm, rgb_model):
+def test_a_board_that_cannot_be_opened_fails_alone(farm, rgb_model):
     down_target = _free_target()
-    with FarmClient(_targets(farm)[:2] + [down_target]) as client:
-        with pytest.raises(BoardUnavailable) as exc:
-            client.prepare(rgb_model.path)
-    assert "failed on 1 of 3 boards" in exc.value.message and down_target in exc.value.message
+    with FarmClient(_targets(farm)[:2] + [down_target], [rgb_model.path]) as client:
+        run = client.model_info()
+        handle = client.model()  # the round-robin handle: over the boards that opened
+        assert handle.infer([rgb_model.x]).outputs
+    assert [o.target for o in run.failed] == [down_target]
+    assert all(o.value.handles[0].name == "sample_32x32_rgb" for o in run.ok)
+    with pytest.raises(BoardUnavailable) as exc:
+        run.raise_if_failed()
+    assert "model_info failed on 1 of 3 boards" in exc.value.message and down_target in exc.value.message
     assert not any(t in exc.value.message for t in _targets(farm)[:2])
+
+
+def test_infer_agreement_is_checked_bit_for_bit(farm, rgb_model):
+    with FarmClient(_targets(farm), [rgb_model.path]) as client:
+        run = client.infer("", [rgb_model.x])
+        assert run.agreement.identical and run.agreement.answered == N_BOARDS
+        # A board that computed something else (one bit of one output) is named.
+        other = run.outcomes[2].value.result.outputs
+        name = next(iter(other))
+        other[name] = other[name].copy()
+        other[name].view(np.uint8).reshape(-1)[0] ^= 1
+        assert run.agreement.differ == [_targets(farm)[2]] and run.agreement.reference == _targets(farm)[0]
+
+
+# --- many items over the boards, with failover ---------------------------------------------------
+
+#: Frames per item: a few tens of ms of work on the 32x32 sample, so a board is mid-item when it is killed.
+ITEM_FRAMES = 400
+
+
+def test_map_survives_a_board_killed_mid_run(tmp_path_factory, rgb_model):
+    """Items mapped over two boards; one is SIGKILLed with an item in flight: every item completes, on the survivor."""
+    survivor, victim = [Daemon(tmp_path_factory.mktemp(f"map_board{i}")).start() for i in range(2)]
+    items = list(range(40))
+    expected = LocalBackend([rgb_model.path]).model().infer([rgb_model.x]).outputs
+    served = {survivor.target: [], victim.target: []}
+    try:
+        with FarmClient([survivor.target, victim.target], [rgb_model.path]) as client:
+            def work(handle, item):
+                outputs = handle.infer([rgb_model.x], frame_count=ITEM_FRAMES).outputs
+                return handle.client.target, outputs
+
+            results = {}
+            for index, (board, outputs) in client.map(work, items):
+                assert index not in results
+                results[index] = outputs
+                served[board].append(index)
+                if len(served[victim.target]) == 3 and victim.proc.poll() is None:
+                    assert wait_until(lambda: _jobs(victim) == 1, timeout=10), "the victim is not mid-item"
+                    victim.kill()
+            before_kill = len(served[victim.target])
+    finally:
+        survivor.stop()
+        victim.kill()
+    assert victim.proc.returncode == -signal.SIGKILL
+    assert sorted(results) == items  # every item, once
+    assert all(np.array_equal(results[i][n], expected[n]) for i in items for n in expected)
+    assert 3 <= before_kill < len(items) and len(served[survivor.target]) == len(items) - before_kill
+
+
+def _jobs(daemon) -> int:
+    with daemon.client() as c:
+        return c.stats().jobs_running
+
+
+def test_map_raises_when_every_board_is_lost(tmp_path_factory, rgb_model):
+    board = Daemon(tmp_path_factory.mktemp("map_last")).start()
+    done = []
+    try:
+        with FarmClient([board.target], [rgb_model.path]) as client:
+            with pytest.raises(BoardUnavailable, match=r"every board was lost with \d+ of 20 items left") as exc:
+                for index, _ in client.map(lambda h, item: h.infer([rgb_model.x], frame_count=ITEM_FRAMES), range(20)):
+                    done.append(index)
+                    if len(done) == 2:
+                        board.kill()
+    finally:
+        board.kill()
+    assert board.target in exc.value.message and len(done) < 20
+
+
+def test_map_raises_an_items_own_error():
+    """An error that is not a lost board (a bad item) ends the run and is raised as it is."""
+    def work(board, item):
+        if item == 3:
+            raise InvalidInput("item 3 is bad")
+        return item * 2
+
+    got = []
+    with pytest.raises(InvalidInput, match="item 3 is bad"):
+        for index, value in map_with_failover({"a": None, "b": None}, work, range(10)):
+            got.append((index, value))
+    assert all(v == 2 * i for i, v in got)
 
 
 # --- infer and model_info on every board ------------------------------------------------------
@@ -314,8 +421,9 @@ def test_cli_infer_runs_on_every_board(farm, rgb_model, scratch):
 def test_cli_infer_with_one_board_down_keeps_the_others(farm, rgb_model, scratch):
     down = _free_target()
     result = run_cli(["infer", "--model_file", rgb_model.path, "--board", ",".join(_targets(farm)[:2] + [down])], scratch)
-    line = assert_one_error(result, "infer failed on 1 of 3 boards", exit_code=1)
+    line = assert_one_error(result, "infer failed on 1 of 3 boards", exit_code=1, ignore=r"^no --input_file given")
     assert down in line
+    assert result.stderr.count("no --input_file given") == 1  # said once, not once per board
     assert result.stdout.count("infer success") == 2
     assert "outputs identical on the 2 boards that answered" in result.stdout
 

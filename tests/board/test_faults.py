@@ -23,7 +23,7 @@ import time
 import pytest
 
 from bpuemu.board.client import BoardClient, Deadlines
-from bpuemu.board.farm import BoardAccess, farm_perf, summarize
+from bpuemu.board.farm import BoardAccess, FarmClient
 from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.common.errors import BoardUnavailable, DeadlineExceeded, ResourceExhausted
 
@@ -297,14 +297,14 @@ def test_farm_keeps_the_boards_that_answered(proxied, daemons, tmp_path_factory,
     boards = [good[0].target, bad, good[1].target]
     # Through the library with short deadlines: the bad board stalls mid-job.
     stall = _later(1.5, proxy.stall)
-    outcomes = farm_perf(boards, [rgb_model.path], "", PerfConfig(perf_time_minutes=0.05),
-                         access=BoardAccess(deadlines=Deadlines(perf_margin=2.0)))
+    with FarmClient(boards, [rgb_model.path], BoardAccess(deadlines=Deadlines(perf_margin=2.0))) as farm:
+        run = farm.perf("", PerfConfig(perf_time_minutes=0.05))
     stall.join()
-    by_target = {o.target: o for o in outcomes}
+    by_target = {o.target: o for o in run.outcomes}
     assert by_target[bad].error is not None and bad in str(by_target[bad].error)
     assert isinstance(by_target[bad].error, DeadlineExceeded), str(by_target[bad].error)
     assert all(by_target[g.target].ok and by_target[g.target].value.report.frame_count > 0 for g in good)
-    assert summarize(outcomes).succeeded == 2
+    assert run.summary.succeeded == 2
     # Through the CLI: the stalled board is one row FAILED and one ERROR line; the others' rows stay.
     result = run_cli(["perf", "--model_file", rgb_model.path, "--board", ",".join(boards), "--frame_count", "20"],
                      scratch, timeout=90)

@@ -274,8 +274,8 @@ def test_bpuemu_token_environment_reaches_every_client(start_daemon, token_file,
             c.handshake()
     from bpuemu.board.farm import FarmClient
 
-    with FarmClient([d.target]) as farm:
-        assert farm.prepare(rgb_model.path) == sha
+    with FarmClient([d.target], [rgb_model.path]) as farm:
+        assert farm.model().sha == sha and farm.model().infer([rgb_model.x]).outputs
 
 
 @pytest.mark.parametrize("content, words", [
