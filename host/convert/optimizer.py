@@ -104,8 +104,7 @@ def fuse_hardswish(model: onnx.ModelProto, dry_run: bool = False) -> int:
         if dry_run:
             continue
         hs = helper.make_node("HardSwish", [x], [tail.output[0]], name=f"{add.name}_HardSwish")
-        idx = list(g.node).index(tail)
-        g.node.insert(idx, hs)
+        g.node.insert(list(g.node).index(tail), hs)
         remove.update({add.name, clip.name, mul.name, tail.name})
     if remove:
         keep = [n for n in g.node if n.name not in remove or n.op_type == "HardSwish"]
