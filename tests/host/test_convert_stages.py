@@ -108,6 +108,25 @@ def test_optimizer_fuses_paddle_hardswish():
     assert fuse_hardswish(o) == 0  # nothing left to fuse
 
 
+def test_optimizer_fuses_hardswishes_in_a_row():
+    """PaddleOCR's models chain them: the second one is found after the first was fused."""
+    inits = [numpy_helper.from_array(np.array(v, np.float32), n) for n, v in (("three", 3), ("zero", 0), ("six", 6))]
+    nodes = []
+    for k, (src, dst) in enumerate((("x", "h"), ("h", "y"))):
+        nodes += [helper.make_node("Add", [src, "three"], [f"a{k}"], name=f"add{k}"),
+                  helper.make_node("Clip", [f"a{k}", "zero", "six"], [f"c{k}"], name=f"clip{k}"),
+                  helper.make_node("Mul", [src, f"c{k}"], [f"m{k}"], name=f"mul{k}"),
+                  helper.make_node("Div", [f"m{k}", "six"], [dst], name=f"div{k}")]
+    g = helper.make_graph(nodes, "hs2", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])], initializer=inits)
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 14)])
+    m.ir_version = 8
+    o = optimize(m)
+    assert [n.op_type for n in o.graph.node] == ["HardSwish", "HardSwish"]
+    x = np.linspace(-5, 5, 32, dtype=np.float32).reshape(1, 2, 4, 4)
+    np.testing.assert_allclose(_run(o, {"x": x}), _run(m, {"x": x}), rtol=1e-6, atol=1e-6)
+
+
 def test_caldata_reads_raw_by_type_and_suffix_rule(tmp_path):
     f32 = tmp_path / "cal_f32"
     f32.mkdir()
