@@ -1,0 +1,76 @@
+"""bpuemu-ocr-eval: the OCR sample's 05_evaluate step (float vs quantized vs board, on task metrics).
+
+    bpuemu-ocr-eval --data data/evaluation --det model_output/det --cls model_output/cls \\
+        --rec model_output/rec --board 127.0.0.1:9473,127.0.0.1:9474 --results eval_results.jsonl
+"""
+import json
+
+import click
+
+from bpuemu.board.cli.edge import run
+from bpuemu.board.cli.options import CONNECTION_HINTS, board_option, split_list, tls_options, token_option
+
+
+@click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
+@click.option("--data", "data", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="The evaluation split (pages.json, lines.json and their images).")
+@click.option("--det", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="The detector's makertbin working_dir (original float, quantized, .bin).")
+@click.option("--cls", "cls_dir", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="The direction classifier's makertbin working_dir.")
+@click.option("--rec", required=True, type=click.Path(file_okay=False), metavar="DIR",
+              help="The recogniser's makertbin working_dir.")
+@board_option(help="Run the .bin on these boards (HOST:PORT[,HOST:PORT...] or @FILE); the images are spread over them.")
+@token_option
+@tls_options
+@click.option("--sides", default="float,quantized,board", show_default=True,
+              help="Which to evaluate: float (original float ONNX), quantized (quantized ONNX), board (.bin).")
+@click.option("--results", default="ocr_eval_results.jsonl", show_default=True, type=click.Path(dir_okay=False),
+              help="Per-image results (JSON lines); a re-run resumes from it.")
+@click.option("--report", "report_path", default="", type=click.Path(dir_okay=False),
+              help="Also write the metrics, the board/quantized agreement and per-board throughput as JSON here.")
+@click.option("--pages", default=None, type=click.IntRange(0), help="Only the first N pages.")
+@click.option("--lines", default=None, type=click.IntRange(0), help="Only the first N lines.")
+@click.option("--no-progress", is_flag=True, help="No progress bar.")
+def cli(data, det, cls_dir, rec, board, token, tls, sides, results, report_path, pages, lines, no_progress):
+    """Evaluate the OCR pipeline (det, cls, rec) on its task metrics: float ONNX, quantized ONNX and the board."""
+    from bpuemu.board.farm import BoardAccess, parse_boards
+    from bpuemu.common.atomic import write_file_atomic
+    from bpuemu.host.samples.ocr.evaluate import OcrModels, evaluate
+
+    chosen = split_list(sides)
+    boards = parse_boards(board) if board else []
+    if "board" in chosen and not boards:
+        raise click.UsageError("the board side needs --board HOST:PORT[,...] (or leave it out of --sides)")
+    models = OcrModels.from_dirs(det, cls_dir, rec)
+    rep = evaluate(models, data, results, chosen, boards, pages, lines,
+                   access=BoardAccess(token=token, tls=tls, client_name="bpuemu-ocr-eval"),
+                   progress=not no_progress, echo=click.echo)
+    click.echo(rep.table())
+    for b in rep.boards:
+        click.echo(f"board {b.name}: {b.items} image(s), {b.per_s:.1f} images/s"
+                   + (f"; left the run: {b.error}" if b.error else ""))
+    drop = rep.quantized_drop()
+    over = {k: v for k, v in drop.items() if v > 1.0}
+    if drop:
+        click.echo("quantized vs float: " + ("within 1 point on every metric" if not over else
+                   "more than 1 point lower on " + ", ".join(f"{k} ({v:.2f})" for k, v in over.items())))
+    if rep.agreement is not None:
+        a = rep.agreement
+        click.echo(f"board == quantized on {a['identical']} of {a['compared']} image(s)")
+        for key in a["differ"]:
+            click.echo(f"  differs: {key}")
+    click.echo(f"results: {results}")
+    if report_path:
+        write_file_atomic(report_path, json.dumps(rep.to_json(), indent=2, ensure_ascii=False).encode())
+        click.echo(f"report: {report_path}")
+    if rep.agreement is not None and rep.agreement["differ"]:
+        raise SystemExit(1)
+
+
+def main(args=None):
+    run(cli, "bpuemu-ocr-eval", args, hints=CONNECTION_HINTS)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,551 @@
+"""The OCR sample's evaluation: float ONNX vs quantized ONNX vs the `.bin` on boards, on task metrics.
+
+    models = OcrModels.from_dirs("model_output/det", "model_output/cls", "model_output/rec")
+    report = evaluate(models, "data/evaluation", sides=("float", "quantized", "board"),
+                      boards=["127.0.0.1:9473", "127.0.0.1:9474"], results="eval.jsonl")
+    print(report.table())
+
+Each model's conversion outputs (a makertbin working_dir) give three sides:
+``float`` (``*_original_float_model.onnx``) and ``quantized``
+(``*_quantized_model.onnx``), both run with HB_ONNXRuntime on this host, and
+``board`` (the ``.bin``) on one or more boards. All three are fed the same
+input_type_rt data, as the seeds' 04_inference step does.
+
+The evaluation set (``dataset.make``'s split folder) gives two kinds of work
+items: a *line* (the direction classifier on the line as stored, the
+recogniser on the line turned upright by its known angle) and a *page* (the
+detector, then the whole pipeline: det -> crop -> cls -> rec). Each item's
+predictions go into a results file (JSON lines) as soon as it is done, with a
+digest of every raw model output it took; a re-run reads the file and does
+only what is missing. Board and quantized ONNX must agree exactly: the report
+names every item whose predictions or raw outputs differ.
+
+The board side spreads the items over the boards (``spread``): one worker
+thread per board, each with its own connection, pulling from one queue. A
+board that fails (unreachable, restarted, deadline) puts its in-flight item
+back for the others and leaves; the run fails only when no board is left.
+"""
+import glob
+import hashlib
+import json
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+
+from bpuemu.common.errors import (BoardUnavailable, BpuEmuError, Cancelled, DeadlineExceeded, InternalError,
+                                  InvalidInput, NotFound)
+from bpuemu.common.input_types import image_to_rt, model_hw, to_model_input
+from bpuemu.host.samples.ocr import metrics
+from bpuemu.host.samples.ocr.postprocess import TextBox, cls_direction, ctc_greedy, det_boxes, turn_over
+
+MODELS = ("det", "cls", "rec")
+SIDES = ("float", "quantized", "board")
+#: A board that fails with one of these has gone (down, restarted, too slow): its item goes to another board.
+BOARD_FAILURES = (BoardUnavailable, DeadlineExceeded, Cancelled, InternalError)
+
+
+# --- the models ---------------------------------------------------------------------------
+
+def _one(directory: str, pattern: str, what: str) -> str:
+    found = sorted(glob.glob(os.path.join(directory, pattern)))
+    if len(found) != 1:
+        raise NotFound(f"{directory} holds {len(found)} {what} ({pattern}), expected one",
+                       hint="give the makertbin working_dir of one model")
+    return found[0]
+
+
+@dataclass(frozen=True)
+class ConvertedModel:
+    """One model's conversion outputs: the float and quantized ONNX, and the `.bin`."""
+
+    float_onnx: str
+    quantized_onnx: str
+    bin: str
+
+    @classmethod
+    def from_dir(cls, directory: str) -> "ConvertedModel":
+        if not os.path.isdir(directory):
+            raise NotFound(f"no such model directory: {directory}")
+        return cls(_one(directory, "*_original_float_model.onnx", "original float models"),
+                   _one(directory, "*_quantized_model.onnx", "quantized models"),
+                   _one(directory, "*.bin", "BIN models"))
+
+
+def charset(onnx_path: str) -> List[str]:
+    """The recogniser's character list from its ONNX metadata (PaddleOCR's 'character', one per line)."""
+    import onnx
+
+    model = onnx.load(onnx_path, load_external_data=False)
+    for prop in model.metadata_props:
+        if prop.key == "character":
+            return prop.value.split("\n")
+    raise InvalidInput(f"{onnx_path} has no 'character' metadata: is it a PaddleOCR recogniser?")
+
+
+@dataclass
+class OcrModels:
+    det: ConvertedModel
+    cls: ConvertedModel
+    rec: ConvertedModel
+    charset: List[str]
+    #: from each .bin's manifest: model name and input spec
+    names: Dict[str, str] = field(default_factory=dict)
+    specs: Dict[str, object] = field(default_factory=dict)
+
+    @classmethod
+    def from_dirs(cls, det: str, cls_dir: str, rec: str) -> "OcrModels":
+        from bpuemu.common.container import read_bin
+
+        conv = {k: ConvertedModel.from_dir(d) for k, d in zip(MODELS, (det, cls_dir, rec))}
+        models = cls(conv["det"], conv["cls"], conv["rec"], charset(conv["rec"].float_onnx))
+        for k, c in conv.items():
+            m = read_bin(c.bin).model()
+            models.names[k], models.specs[k] = m.name, m.input_specs[0]
+        return models
+
+    def converted(self, which: str) -> ConvertedModel:
+        return getattr(self, which)
+
+    def fingerprint(self) -> str:
+        """What the results were computed with: every model file's SHA-256."""
+        from bpuemu.common.container import file_sha256
+
+        h = hashlib.sha256()
+        for k in MODELS:
+            c = self.converted(k)
+            for path in (c.float_onnx, c.quantized_onnx, c.bin):
+                h.update(file_sha256(path).encode())
+        return h.hexdigest()
+
+
+# --- where the models run -----------------------------------------------------------------
+
+class OnnxSide:
+    """The float or quantized ONNX of each model, run with HB_ONNXRuntime on this host."""
+
+    def __init__(self, models: OcrModels, stage: str):
+        from bpuemu.host import HB_ONNXRuntime
+
+        self.name = stage
+        self.specs = models.specs
+        path = {"float": lambda c: c.float_onnx, "quantized": lambda c: c.quantized_onnx}[stage]
+        self.sessions = {k: HB_ONNXRuntime(path(models.converted(k))) for k in MODELS}
+
+    def run(self, which: str, rt: np.ndarray) -> List[np.ndarray]:
+        sess = self.sessions[which]
+        return sess.run(None, {sess.input_names[0]: to_model_input(rt, self.specs[which])})
+
+    def close(self) -> None:
+        pass
+
+
+class BoardSide:
+    """The three `.bin` models on one board."""
+
+    def __init__(self, target: str, models: OcrModels, access=None):
+        from bpuemu.board.farm import BoardAccess
+
+        self.name = target
+        self.specs = models.specs
+        self.backend = (access or BoardAccess(client_name="bpuemu-ocr-eval")).backend(
+            target, [models.converted(k).bin for k in MODELS])
+        self.handles = {k: self.backend.model(models.names[k]) for k in MODELS}
+
+    def run(self, which: str, rt: np.ndarray) -> List[np.ndarray]:
+        h = self.handles[which]
+        outputs = h.infer([rt]).outputs
+        return [outputs[n] for n in h.output_names]
+
+    def close(self) -> None:
+        self.backend.close()
+
+
+# --- images in, model inputs out -----------------------------------------------------------
+
+def load_rgb(path: str) -> np.ndarray:
+    from PIL import Image
+
+    try:
+        with Image.open(path) as img:
+            return np.asarray(img.convert("RGB"))
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"cannot read image {path}: {exc}") from None
+
+
+def _resize(rgb: np.ndarray, w: int, h: int) -> np.ndarray:
+    from PIL import Image
+
+    return np.asarray(Image.fromarray(rgb).resize((w, h), Image.BILINEAR))
+
+
+def page_input(rgb: np.ndarray, spec) -> np.ndarray:
+    """A page resized to the detector's input (the boxes are scaled back to the page)."""
+    _, h, w, _ = model_hw(spec)
+    return image_to_rt(_resize(rgb, w, h), spec)
+
+
+def line_input(rgb: np.ndarray, spec) -> np.ndarray:
+    """A line resized to the model's height keeping its aspect (at most the model's width), padded right.
+
+    PaddleOCR's resize_norm_img; the padding is grey 128 (0 after the
+    normalisation, as PaddleOCR pads).
+    """
+    _, h, w, _ = model_hw(spec)
+    rw = min(w, max(1, int(np.ceil(h * rgb.shape[1] / max(1, rgb.shape[0])))))
+    canvas = np.full((h, w, 3), 128, dtype=np.uint8)
+    canvas[:, :rw] = _resize(rgb, rw, h)
+    return image_to_rt(canvas, spec)
+
+
+# --- the pipeline on one side ----------------------------------------------------------------
+
+class Reader:
+    """The OCR pipeline on one side; every raw output it sees goes into ``digest``."""
+
+    def __init__(self, side, charset: Sequence[str]):
+        self.side, self.charset = side, charset
+        self.digest = hashlib.sha256()
+
+    def _run(self, which: str, rt: np.ndarray) -> List[np.ndarray]:
+        outs = self.side.run(which, rt)
+        for o in outs:
+            self.digest.update(np.ascontiguousarray(o).tobytes())
+        return outs
+
+    def detect(self, page: np.ndarray) -> List[TextBox]:
+        prob = self._run("det", page_input(page, self.side.specs["det"]))[0]
+        return det_boxes(prob, page.shape[:2])
+
+    def direction(self, line: np.ndarray) -> Tuple[int, float]:
+        return cls_direction(self._run("cls", line_input(line, self.side.specs["cls"]))[0])
+
+    def recognise(self, line: np.ndarray) -> str:
+        return ctc_greedy(self._run("rec", line_input(line, self.side.specs["rec"]))[0], self.charset)[0]
+
+    def read_page(self, page: np.ndarray) -> List[dict]:
+        """det -> crop -> cls (turned over when sure) -> rec: each box with its angle and text."""
+        found = []
+        for box in self.detect(page):
+            crop = page[box.y0:box.y1, box.x0:box.x1]
+            angle, score = self.direction(crop)
+            if turn_over(angle, score):
+                crop = crop[::-1, ::-1]
+            found.append({"box": list(box.xyxy), "angle": angle, "text": self.recognise(crop)})
+        return found
+
+
+# --- the evaluation set ------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Item:
+    """One unit of work: a page (det + end to end) or a line (cls + rec)."""
+
+    kind: str  # "page" | "line"
+    file: str  # absolute path
+    key: str   # "pages/0000.png": the results file's key
+    boxes: Tuple[Tuple[float, ...], ...] = ()
+    texts: Tuple[str, ...] = ()
+    text: str = ""
+    angle: int = 0
+
+
+def load_items(split_dir: str, pages: Optional[int] = None, lines: Optional[int] = None) -> List[Item]:
+    """The split's pages then lines (the first ``pages`` / ``lines`` of each; None: all)."""
+    if not os.path.isdir(split_dir):
+        raise NotFound(f"no such evaluation set: {split_dir}", hint="make it with 02_preprocess.sh or dataset.make")
+    items = [Item("page", os.path.join(split_dir, p["file"]), p["file"], tuple(tuple(b) for b in p["boxes"]),
+                  tuple(p["texts"])) for p in _labels(split_dir, "pages.json")[:pages]]
+    items += [Item("line", os.path.join(split_dir, ln["file"]), ln["file"], text=ln["text"], angle=int(ln["angle"]))
+              for ln in _labels(split_dir, "lines.json")[:lines]]
+    return items
+
+
+def _labels(split_dir: str, name: str) -> list:
+    path = os.path.join(split_dir, name)
+    if not os.path.exists(path):
+        return []
+    try:
+        with open(path, encoding="utf-8") as f:
+            return json.load(f)
+    except (OSError, ValueError) as exc:
+        raise InvalidInput(f"cannot read labels {path}: {exc}") from None
+
+
+def run_item(side, charset: Sequence[str], item: Item) -> dict:
+    """One item on one side: its predictions and the digest of the raw outputs behind them."""
+    reader = Reader(side, charset)
+    image = load_rgb(item.file)
+    if item.kind == "page":
+        found = reader.read_page(image)
+        pred = {"boxes": [f["box"] for f in found], "angles": [f["angle"] for f in found],
+                "texts": [f["text"] for f in found]}
+    else:
+        angle, score = reader.direction(image)
+        upright = image[::-1, ::-1] if item.angle == 180 else image
+        pred = {"angle": angle, "angle_score": round(score, 6), "text": reader.recognise(upright)}
+    return {"key": item.key, "pred": pred, "digest": reader.digest.hexdigest()}
+
+
+# --- the results file -----------------------------------------------------------------------------
+
+class ResultsFile:
+    """Per-item results as JSON lines, appended as they come; a re-run resumes from them.
+
+    The first line names the models and data the results belong to; a file
+    made with others is refused rather than mixed in. A line cut short by a
+    crash is dropped (and redone).
+    """
+
+    def __init__(self, path: str, fingerprint: str):
+        self.path = path
+        self.done: Dict[str, Dict[str, dict]] = {s: {} for s in SIDES}
+        header = {"bpuemu_ocr_eval": 1, "fingerprint": fingerprint}
+        good = 0
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                raw = f.read()
+            lines = raw.split(b"\n")
+            try:
+                first = json.loads(lines[0])
+            except ValueError:
+                first = None
+            if not isinstance(first, dict) or "bpuemu_ocr_eval" not in first:
+                raise InvalidInput(f"{path} is not an OCR evaluation results file", hint="give another --results")
+            if first.get("fingerprint") != fingerprint:
+                raise InvalidInput(f"{path} holds results of other models or data",
+                                   hint="give another --results, or remove it to start over")
+            good = len(lines[0]) + 1
+            for line in lines[1:]:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    break  # the tail a crash cut short
+                self.done[rec["side"]][rec["key"]] = rec
+                good += len(line) + 1
+            good = min(good, len(raw))
+        self._lock = threading.Lock()
+        self._f = open(path, "r+b" if os.path.exists(path) else "wb")
+        self._f.truncate(good)
+        self._f.seek(good)
+        if good == 0:
+            self._write(header)
+
+    def _write(self, rec: dict) -> None:
+        self._f.write(json.dumps(rec, ensure_ascii=False).encode() + b"\n")
+        self._f.flush()
+
+    def add(self, side: str, rec: dict) -> None:
+        rec = {"side": side, **rec}
+        with self._lock:
+            self.done[side][rec["key"]] = rec
+            self._write(rec)
+
+    def close(self) -> None:
+        self._f.close()
+
+
+# --- spreading items over workers -----------------------------------------------------------------
+
+@dataclass
+class WorkerStats:
+    name: str
+    items: int = 0
+    busy_s: float = 0.0
+    error: str = ""
+
+    @property
+    def per_s(self) -> float:
+        return self.items / self.busy_s if self.busy_s else 0.0
+
+
+def spread(items: Sequence[Item], open_worker: Sequence[Callable[[], object]], names: Sequence[str],
+           work: Callable[[object, Item], dict], on_result: Callable[[str, Item, dict], None]) -> List[WorkerStats]:
+    """Run ``work(worker, item)`` for every item over the workers; ``on_result(worker_name, item, result)``.
+
+    One thread per worker (``open_worker[i]()`` opens it, in that thread)
+    pulls items from one queue. A worker failing with one of BOARD_FAILURES
+    puts its item back and leaves; any other error stops the run. Results
+    reach ``on_result`` in the calling thread.
+    """
+    todo: "queue.Queue[Optional[Item]]" = queue.Queue()
+    for it in items:
+        todo.put(it)
+    events: "queue.Queue[tuple]" = queue.Queue()
+    stats = [WorkerStats(n) for n in names]
+    stop = threading.Event()
+
+    def worker(i: int) -> None:
+        w = None
+        try:
+            w = open_worker[i]()
+            while not stop.is_set():
+                it = todo.get()
+                if it is None:
+                    break
+                t0 = time.perf_counter()
+                try:
+                    result = work(w, it)
+                except BaseException:
+                    todo.put(it)  # the item goes to another worker
+                    raise
+                stats[i].busy_s += time.perf_counter() - t0
+                stats[i].items += 1
+                events.put(("done", i, it, result))
+        except BOARD_FAILURES as exc:
+            stats[i].error = str(exc).splitlines()[0]
+            events.put(("lost", i, None, exc))
+        except BaseException as exc:  # a user's error (bad input) or a bug: the run stops
+            events.put(("fatal", i, None, exc))
+        finally:
+            if w is not None:
+                w.close()
+
+    threads = [threading.Thread(target=worker, args=(i,), daemon=True, name=f"eval-{n}") for i, n in enumerate(names)]
+    for t in threads:
+        t.start()
+    live, remaining = len(threads), len(items)
+    try:
+        while remaining:
+            if not live:
+                raise BoardUnavailable("every board failed: " + "; ".join(f"{s.name}: {s.error}" for s in stats),
+                                       hint=f"{remaining} item(s) left undone; their results so far are kept")
+            kind, i, it, payload = events.get()
+            if kind == "done":
+                remaining -= 1
+                on_result(names[i], it, payload)
+            elif kind == "lost":
+                live -= 1
+            else:
+                raise payload
+    finally:
+        stop.set()
+        for _ in threads:
+            todo.put(None)
+        for t in threads:
+            t.join(timeout=5)
+    return stats
+
+
+# --- scoring and the report -----------------------------------------------------------------------
+
+def score_side(items: Sequence[Item], done: Dict[str, dict]) -> Dict[str, float]:
+    det, cls, rec, e2e = metrics.DetectionScore(), metrics.CountScore(), metrics.RecognitionScore(), metrics.CountScore()
+    for it in items:
+        rec_ = done.get(it.key)
+        if rec_ is None:
+            continue
+        pred = rec_["pred"]
+        if it.kind == "page":
+            det.add(pred["boxes"], it.boxes)
+            e2e.add(metrics.lines_read(list(zip(pred["boxes"], pred["texts"])), it.boxes, it.texts), len(it.boxes))
+        else:
+            cls.add(int(pred["angle"] == it.angle))
+            rec.add(pred["text"], it.text)
+    return metrics.scores(det, cls, rec, e2e)
+
+
+@dataclass
+class Report:
+    items: int
+    scores: Dict[str, Dict[str, float]]          # side -> metric -> value
+    counts: Dict[str, int]                        # side -> items with a result
+    agreement: Optional[Dict[str, object]] = None  # board vs quantized
+    boards: List[WorkerStats] = field(default_factory=list)
+    resumed: Dict[str, int] = field(default_factory=dict)  # side -> items read back from the results file
+    seconds: Dict[str, float] = field(default_factory=dict)
+
+    def quantized_drop(self) -> Dict[str, float]:
+        """Points (percent) the quantized model loses against float, per metric."""
+        f, q = self.scores.get("float"), self.scores.get("quantized")
+        if not f or not q:
+            return {}
+        return {k: 100 * (f[k] - q[k]) for k in f if k in q}
+
+    def table(self) -> str:
+        sides = [s for s in SIDES if s in self.scores]
+        rows = [f"{'metric':34s}" + "".join(f"{s:>11s}" for s in sides)]
+        for key, label in metrics.METRICS:
+            if any(key in self.scores[s] for s in sides):
+                rows.append(f"{label:34s}" + "".join(
+                    f"{100 * self.scores[s][key]:10.2f}%" if key in self.scores[s] else f"{'-':>11s}" for s in sides))
+        rows.append(f"{'items':34s}" + "".join(f"{self.counts[s]:>11d}" for s in sides))
+        return "\n".join(rows)
+
+    def to_json(self) -> dict:
+        return {"items": self.items, "scores": self.scores, "counts": self.counts, "agreement": self.agreement,
+                "quantized_drop_points": self.quantized_drop(),
+                "boards": [{"board": b.name, "items": b.items, "busy_s": round(b.busy_s, 3),
+                            "items_per_s": round(b.per_s, 2), "error": b.error} for b in self.boards],
+                "resumed": self.resumed, "seconds": self.seconds}
+
+
+def agreement(items: Sequence[Item], board: Dict[str, dict], quantized: Dict[str, dict]) -> Dict[str, object]:
+    """Board vs quantized ONNX on every item both have: predictions and raw outputs must be identical."""
+    both = [it.key for it in items if it.key in board and it.key in quantized]
+    differ = [k for k in both if board[k]["pred"] != quantized[k]["pred"] or board[k]["digest"] != quantized[k]["digest"]]
+    return {"compared": len(both), "identical": len(both) - len(differ), "differ": differ}
+
+
+def evaluate(models: OcrModels, split_dir: str, results: str, sides: Sequence[str] = SIDES,
+             boards: Sequence[str] = (), pages: Optional[int] = None, lines: Optional[int] = None,
+             access=None, progress: bool = True, echo: Callable[[str], None] = print) -> Report:
+    """Run what the results file lacks on each side, then score every side from the file."""
+    from tqdm import tqdm
+
+    unknown = [s for s in sides if s not in SIDES]
+    if unknown:
+        raise InvalidInput(f"unknown side(s) {unknown}; choose from {', '.join(SIDES)}")
+    if "board" in sides and not boards:
+        raise InvalidInput("the board side needs at least one board", subject="board")
+    items = load_items(split_dir, pages, lines)
+    store = ResultsFile(results, _fingerprint(models, split_dir))
+    report = Report(len(items), {}, {})
+    try:
+        for side in sides:
+            todo = [it for it in items if it.key not in store.done[side]]
+            report.resumed[side] = len(items) - len(todo)
+            if report.resumed[side]:
+                echo(f"{side}: {report.resumed[side]} of {len(items)} item(s) already in {results}; "
+                     f"running the other {len(todo)}")
+            t0 = time.perf_counter()
+            if todo:
+                bar = tqdm(total=len(todo), desc=side, unit="img", disable=not progress, leave=False)
+
+                def on_result(worker: str, it: Item, rec: dict, side=side, bar=bar) -> None:
+                    store.add(side, {**rec, "worker": worker})
+                    bar.update(1)
+
+                try:
+                    if side == "board":
+                        stats = spread(todo, [lambda t=t: BoardSide(t, models, access) for t in boards], list(boards),
+                                       lambda w, it: run_item(w, models.charset, it), on_result)
+                        report.boards = stats
+                    else:
+                        spread(todo, [lambda: OnnxSide(models, side)], [side],
+                               lambda w, it: run_item(w, models.charset, it), on_result)
+                finally:
+                    bar.close()
+            report.seconds[side] = round(time.perf_counter() - t0, 3)
+            report.scores[side] = score_side(items, store.done[side])
+            report.counts[side] = sum(it.key in store.done[side] for it in items)
+        if "board" in sides and "quantized" in sides:
+            report.agreement = agreement(items, store.done["board"], store.done["quantized"])
+    finally:
+        store.close()
+    return report
+
+
+def _fingerprint(models: OcrModels, split_dir: str) -> str:
+    """The models' files and the evaluation set's labels: results of other ones are not resumed from."""
+    h = hashlib.sha256(models.fingerprint().encode())
+    for name in ("pages.json", "lines.json"):
+        path = os.path.join(split_dir, name)
+        if os.path.exists(path):
+            with open(path, "rb") as f:
+                h.update(hashlib.sha256(f.read()).digest())
+    return h.hexdigest()
