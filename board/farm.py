@@ -169,7 +169,9 @@ class FarmClient(Backend):
         return super().model(name)
 
     def board_models(self, name: Optional[str] = None) -> Dict[str, ModelHandle]:
-        """Board -> that board's own handle on the model, for every board that opened."""
+        """Board -> that board's own handle on the model, for every board that opened (none: why each failed)."""
+        if self.balanced is None:
+            BoardRun("opening the farm", self._boards).raise_if_failed()
         return {o.target: o.value.model(name) for o in self._boards if o.ok}
 
     def map(self, work: Callable[[ModelHandle, T], R], items: Iterable[T], model_name: Optional[str] = None

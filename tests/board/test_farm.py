@@ -321,6 +321,15 @@ def test_a_board_that_cannot_be_opened_fails_alone(farm, rgb_model):
     assert not any(t in exc.value.message for t in _targets(farm)[:2])
 
 
+def test_a_farm_with_no_board_up_says_why_for_each(rgb_model):
+    down = [_free_target(), _free_target()]
+    with FarmClient(down, [rgb_model.path]) as client:
+        with pytest.raises(BoardUnavailable) as exc:
+            next(client.map(lambda h, item: item, range(3)))
+    assert "opening the farm failed on 2 of 2 boards" in exc.value.message
+    assert all(t in exc.value.message for t in down)
+
+
 def test_infer_agreement_is_checked_bit_for_bit(farm, rgb_model):
     with FarmClient(_targets(farm), [rgb_model.path]) as client:
         run = client.infer("", [rgb_model.x])
