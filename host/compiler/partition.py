@@ -256,20 +256,43 @@ def compile_model(
     (``fuse_preprocess``); False keeps the separate converting step (format 1.0 plans).
     """
     g = _Graph(quantized)
-    specs = list(input_specs) if input_specs is not None else featuremap_specs(quantized)
+    specs = _checked_specs(g, input_specs)
+    pieces, output_dq = _partition(g, model_name, set(force_cpu), set(force_bpu))
+    piece_nodes, made_by = _connect(g, pieces, output_dq)
+    blobs: Dict[str, bytes] = {}
+    plan = _preprocess_steps(specs)
+    plan += _piece_steps(g, pieces, piece_nodes, made_by, output_dq, blobs)
+    plan += _remaining_dequantize_steps(g, plan, output_dq)
+    if fuse_preprocess_steps:
+        fuse_preprocess(plan, blobs, specs, list(g.outputs))
+    model = _model_entry(g, model_name, march, specs, input_sources)
+    model.plan.extend(plan)
+    if build_info is not None:
+        model.build_info.CopyFrom(build_info)
+    return CompiledModel(model, blobs, pieces)
+
+
+def _checked_specs(g: _Graph, input_specs: Optional[Sequence[model_pb2.InputSpec]]) -> List[model_pb2.InputSpec]:
+    """The input specs (featuremaps when none are given); they must name exactly the model's inputs."""
+    specs = list(input_specs) if input_specs is not None else featuremap_specs(g.model)
     spec_names = [s.plan_tensor for s in specs]
     if sorted(spec_names) != sorted(g.inputs):
         raise InvalidInput(f"input specs {spec_names} do not match the model inputs {g.inputs}")
-    pieces, output_dq = _partition(g, model_name, set(force_cpu), set(force_bpu))
+    return specs
 
-    plan: List[model_pb2.PlanStep] = []
-    blobs: Dict[str, bytes] = {}
-    for i, spec in enumerate(specs):
-        plan.append(
-            model_pb2.PlanStep(kind=Kind.PREPROCESS, name="Preprocess", inputs=[f"rt:{spec.name}"], outputs=[spec.plan_tensor], input_index=i)
-        )
 
-    # Which tensors each piece reads from outside, so we know what the others must export.
+def _preprocess_steps(specs: Sequence[model_pb2.InputSpec]) -> List[model_pb2.PlanStep]:
+    """One Preprocess step per input: the runtime's input conversion into the plan tensor."""
+    return [model_pb2.PlanStep(kind=Kind.PREPROCESS, name="Preprocess", inputs=[f"rt:{spec.name}"],
+                               outputs=[spec.plan_tensor], input_index=i) for i, spec in enumerate(specs)]
+
+
+def _connect(g: _Graph, pieces: List[Piece], output_dq: Dict[str, onnx.NodeProto]):
+    """Each piece's nodes (with its feeding DequantizeLinear copies), inputs and exported outputs.
+
+    A piece exports what another piece, an output DequantizeLinear or the model
+    output reads. Returns the pieces' nodes and which piece makes each exported tensor.
+    """
     piece_nodes = [_with_feeding_dq(g, p) for p in pieces]
     for p, nodes in zip(pieces, piece_nodes):
         p.inputs, _ = _piece_io(g, nodes)
@@ -282,7 +305,14 @@ def compile_model(
         p.outputs = [o for n in nodes for o in n.output if o in own and o in read_elsewhere and o not in output_dq]
         for o in p.outputs:
             made_by[o] = p
+    return piece_nodes, made_by
 
+
+def _piece_steps(g: _Graph, pieces: List[Piece], piece_nodes: List[List[onnx.NodeProto]], made_by: Dict[str, Piece],
+                 output_dq: Dict[str, onnx.NodeProto], blobs: Dict[str, bytes]) -> List[model_pb2.PlanStep]:
+    """Per piece in order: its blob (added to ``blobs``), its step, the layout converts around a
+    BPU subgraph, and the output dequantizes of what it makes."""
+    plan: List[model_pb2.PlanStep] = []
     for idx, (p, nodes) in enumerate(zip(pieces, piece_nodes)):
         blob = f"{idx:03d}_{_safe(p.name)}"
         blobs[blob] = _piece_model(g, p, nodes)
@@ -303,7 +333,6 @@ def compile_model(
                 source_nodes=[n.name for n in p.nodes],
             )
         )
-        leaving = p.outputs
         if is_bpu:
             to_cpu = [
                 o for o in p.outputs
@@ -313,41 +342,44 @@ def compile_model(
             ]
             if to_cpu:
                 plan.append(model_pb2.PlanStep(kind=Kind.LAYOUT_CONVERT, name=f"{base}_output_layout_convert", inputs=to_cpu, outputs=to_cpu))
-        for out, dq in output_dq.items():
-            if dq.input[0] in leaving:
+        for dq in output_dq.values():
+            if dq.input[0] in p.outputs:
                 plan.append(_dequantize_step(g, dq))
+    return plan
 
-    # Output DQs fed straight from a model input or a CPU-quantized input.
+
+def _remaining_dequantize_steps(g: _Graph, plan: Sequence[model_pb2.PlanStep],
+                                output_dq: Dict[str, onnx.NodeProto]) -> List[model_pb2.PlanStep]:
+    """Output DQs fed straight from a model input or a CPU-quantized input."""
     planned = {s.name for s in plan}
-    for out, dq in output_dq.items():
-        if f"{dq.name}_HzDequantize" not in planned:
-            plan.append(_dequantize_step(g, dq))
+    return [_dequantize_step(g, dq) for dq in output_dq.values() if f"{dq.name}_HzDequantize" not in planned]
 
-    if fuse_preprocess_steps:
-        fuse_preprocess(plan, blobs, specs, list(g.outputs))
+
+def _model_entry(g: _Graph, model_name: str, march: str, specs: Sequence[model_pb2.InputSpec],
+                 input_sources: Optional[Dict[str, str]]) -> model_pb2.Model:
+    """The Model entry without its plan: input specs and the tensor properties of inputs and outputs."""
     model = model_pb2.Model(name=model_name, march=march, output_tensors=g.outputs)
     model.input_specs.extend(specs)
-    for spec in specs:
-        tt = TENSOR_TYPE_OF_INPUT_TYPE[spec.input_type_rt]
-        if spec.input_type_rt == "featuremap":
-            tt = TENSOR_TYPE_OF_DTYPE[np.dtype(spec.model_dtype or "float32")]
-            layout = LAYOUT.HB_DNN_LAYOUT_NCHW if spec.model_layout == "NCHW" else (
-                LAYOUT.HB_DNN_LAYOUT_NHWC if spec.model_layout == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NONE)
-        elif spec.input_type_rt == "nv12":
-            layout = LAYOUT.HB_DNN_LAYOUT_NCHW
-        else:
-            layout = LAYOUT.HB_DNN_LAYOUT_NHWC if spec.input_layout_rt == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NCHW
-        source = (input_sources or {}).get(spec.name) or ("pyramid" if spec.input_type_rt == "nv12" else "ddr")
-        source = INPUT_SOURCES[source]
-        model.inputs.append(
-            make_properties(spec.name, rt_shape(spec), tt, layout, byte_size=rt_byte_size(spec), input_source=source)
-        )
+    model.inputs.extend(_input_properties(spec, input_sources) for spec in specs)
     for out in g.outputs:
         dtype = _np_dtype(g, out)
         shape = _shape(g, out)
         layout = LAYOUT.HB_DNN_LAYOUT_NCHW if len(shape) == 4 else LAYOUT.HB_DNN_LAYOUT_NONE
         model.outputs.append(make_properties(out, shape, TENSOR_TYPE_OF_DTYPE[dtype], layout))
-    model.plan.extend(plan)
-    if build_info is not None:
-        model.build_info.CopyFrom(build_info)
-    return CompiledModel(model, blobs, pieces)
+    return model
+
+
+def _input_properties(spec: model_pb2.InputSpec, input_sources: Optional[Dict[str, str]]) -> model_pb2.TensorProperties:
+    """What the application hands in for ``spec``: its tensor type, layout, byte size and input source."""
+    tt = TENSOR_TYPE_OF_INPUT_TYPE[spec.input_type_rt]
+    if spec.input_type_rt == "featuremap":
+        tt = TENSOR_TYPE_OF_DTYPE[np.dtype(spec.model_dtype or "float32")]
+        layout = LAYOUT.HB_DNN_LAYOUT_NCHW if spec.model_layout == "NCHW" else (
+            LAYOUT.HB_DNN_LAYOUT_NHWC if spec.model_layout == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NONE)
+    elif spec.input_type_rt == "nv12":
+        layout = LAYOUT.HB_DNN_LAYOUT_NCHW
+    else:
+        layout = LAYOUT.HB_DNN_LAYOUT_NHWC if spec.input_layout_rt == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NCHW
+    source = (input_sources or {}).get(spec.name) or ("pyramid" if spec.input_type_rt == "nv12" else "ddr")
+    return make_properties(spec.name, rt_shape(spec), tt, layout, byte_size=rt_byte_size(spec),
+                           input_source=INPUT_SOURCES[source])

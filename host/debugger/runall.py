@@ -290,6 +290,23 @@ def _top(result: Dict[str, Dict[str, float]]) -> List[str]:
     return list(result)[:TOP]
 
 
+@dataclass
+class _Run:
+    """What every runall step reads: the model, the samples, the options, and the result it fills in."""
+
+    cm: CalibratedModel
+    samples: list
+    save_dir: str
+    metrics: list
+    res: RunallResult
+    output_node: Optional[str]
+    node_type: str
+    pick_threshold: float
+
+    def write(self, name: str, text: str) -> str:
+        return _write(os.path.join(self.save_dir, name), text)
+
+
 def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = None, ns_metrics="cosine-similarity",
            output_node: Optional[str] = None, node_type: str = "node", data_num: Optional[int] = None,
            verbose: bool = False, interested_nodes: Optional[Sequence[str]] = None,
@@ -300,6 +317,22 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
     """Run every analysis; writes tables, PNGs, summary.txt and index.html into ``save_dir``
     (default ./debug_result)."""
     t0 = time.time()
+    run = _start(model_or_file, calibrated_data, save_dir, ns_metrics, ae_metric, data_num, output_node, node_type,
+                 pick_threshold, interested_nodes, dis_nodes_list, cw_nodes_list, sensitive_nodes)
+    # One float run per sample serves steps 1-2, the node sensitivity steps 3 and 6 use, and the remedy check.
+    ev = Evaluator(run.cm, run.samples, output_tensors(run.cm, output_node))
+    _sensitivities(run, ev, interested_nodes, verbose)                       # steps 1-2
+    _distributions(run, dis_nodes_list, cw_nodes_list, axis)                  # steps 3-4
+    _accumulated_errors(run, quantize_node, non_quantize_node, ae_metric, average_mode)   # step 5
+    _sensitivity_analysis(run, ev, sensitive_nodes)                           # step 6
+    _remedy_check(run, ev)
+    _output_parts(run)                                                        # step 7
+    return _summarize(run, time.time() - t0)
+
+
+def _start(model_or_file, calibrated_data, save_dir, ns_metrics, ae_metric, data_num, output_node, node_type,
+           pick_threshold, interested_nodes, dis_nodes_list, cw_nodes_list, sensitive_nodes) -> _Run:
+    """The model and samples loaded, every node name the caller gave checked, the folder made."""
     cm = load_model(model_or_file)
     metrics = resolve_metrics(ns_metrics)
     resolve_metrics(ae_metric)
@@ -313,95 +346,117 @@ def runall(model_or_file=None, calibrated_data=None, save_dir: Optional[str] = N
         cm.check_names(cw_nodes_list, "cw_nodes_list node", calibration_only=True)
     save_dir = save_dir or DEFAULT_DIR
     os.makedirs(save_dir, exist_ok=True)
-    res = RunallResult(save_dir)
-    cos = METRICS["cosine-similarity"]
-    with_cos = metrics + ([cos] if cos not in metrics else [])
+    return _Run(cm, samples, save_dir, metrics, RunallResult(save_dir), output_node, node_type, pick_threshold)
 
-    # Steps 1-2 (and node sensitivity for steps 3 and 6): one float run per sample for all of them.
-    ev = Evaluator(cm, samples, output_tensors(cm, output_node))
-    res.blank, res.samples = blank_samples(ev), len(samples)
+
+def _sensitivities(run: _Run, ev: Evaluator, interested_nodes, verbose: bool) -> None:
+    """Steps 1-2: weight, activation and ordinary node sensitivity (or that of ``interested_nodes``)."""
+    cm, res = run.cm, run.res
+    res.blank, res.samples = blank_samples(ev), len(run.samples)
+    cos = METRICS["cosine-similarity"]
+    with_cos = run.metrics + ([cos] if cos not in run.metrics else [])
     kinds = ["node"] if interested_nodes else ["weight", "activation", "node"]
     for kind in kinds:
         cands = candidates_for(cm, kind, interested_nodes)
-        full = rank(cm, samples, with_cos if kind == "node" else metrics, cands, evaluator=ev)
+        full = rank(cm, run.samples, with_cos if kind == "node" else run.metrics, cands, evaluator=ev)
         res.sensitivity[kind] = full
-        shown = {k: {m.name: v[m.name] for m in metrics} for k, v in full.items()}
+        shown = {k: {m.name: v[m.name] for m in run.metrics} for k, v in full.items()}
         text = sensitivity_table(cm, shown, kind if not interested_nodes else "node")
         res.tables[f"{kind} sensitivity" if not interested_nodes else "interested node sensitivity"] = text
-        _write(os.path.join(save_dir, f"{kind}_sensitivity.txt"), text + "\n")
+        run.write(f"{kind}_sensitivity.txt", text + "\n")
         if verbose:
             print(text, flush=True)
 
-    # Steps 3-4: distributions and channel-wise box plots.
+
+def _distributions(run: _Run, dis_nodes_list, cw_nodes_list, axis) -> None:
+    """Steps 3-4: distributions and channel-wise box plots of the most sensitive nodes (or of the lists given)."""
+    cm, res = run.cm, run.res
     if dis_nodes_list:
         dis = list(dis_nodes_list)
     else:
         dis = _top(res.sensitivity.get("weight", {})) + _top(res.sensitivity.get("activation", {}))
-        if node_type == "node":  # those with a float output to plot (not ArgMax's indices)
+        if run.node_type == "node":  # those with a float output to plot (not ArgMax's indices)
             dis += [n for n in _top(res.sensitivity.get("node", {})) if n in cm.observed and cm.is_float(cm.observed[n])]
     dis = list(dict.fromkeys(dis))
     if dis:
-        for node, path in distribution.distributions(cm, samples, dis, save_dir).items():
+        for node, path in distribution.distributions(cm, run.samples, dis, run.save_dir).items():
             res.figures[f"distribution of {node}"] = path
     cw = list(cw_nodes_list) if cw_nodes_list else [n for n in dis if n in cm.calibrations]
-    if not cw_nodes_list and node_type == "node":
+    if not cw_nodes_list and run.node_type == "node":
         for n in _top(res.sensitivity.get("node", {})):
             cw += cm.calibrations_of(n)
     cw = list(dict.fromkeys(cw))
     if cw:
-        for node, path in distribution.channelwise(cm, samples, cw, save_dir, axis).items():
+        for node, path in distribution.channelwise(cm, run.samples, cw, run.save_dir, axis).items():
             res.figures[f"channel-wise distribution of {node}"] = path
 
-    # Step 5: cumulative error curves.
+
+def _accumulated_errors(run: _Run, quantize_node, non_quantize_node, ae_metric: str, average_mode: bool) -> None:
+    """Step 5: cumulative error curves (only weights / only activations quantized, or the nodes given)."""
+    res, save_dir = run.res, run.save_dir
     if quantize_node or non_quantize_node:
-        res.acc_error = acc_error.acc_error(cm, samples, quantize_node, non_quantize_node, ae_metric, average_mode,
-                                            save_dir, "acc_error.png")
+        res.acc_error = acc_error.acc_error(run.cm, run.samples, quantize_node, non_quantize_node, ae_metric,
+                                            average_mode, save_dir, "acc_error.png")
         res.figures["accumulate error"] = os.path.join(save_dir, "acc_error.png")
     else:
-        res.acc_error = acc_error.acc_error(cm, samples, ["weight", "activation"], None, ae_metric, average_mode,
-                                            save_dir, "acc_error_weight_activation.png",
+        res.acc_error = acc_error.acc_error(run.cm, run.samples, ["weight", "activation"], None, ae_metric,
+                                            average_mode, save_dir, "acc_error_weight_activation.png",
                                             "accumulate error: only weights / only activations quantized")
         res.figures["accumulate error, weights only vs activations only"] = os.path.join(
             save_dir, "acc_error_weight_activation.png")
 
-    # Step 6: sensitivity analysis.
+
+def _sensitivity_analysis(run: _Run, ev: Evaluator, sensitive_nodes) -> None:
+    """Step 6: sensitivity analysis of the nodes below pick_threshold (or of ``sensitive_nodes``)."""
+    cm, res = run.cm, run.res
     if sensitive_nodes:
         picked = list(dict.fromkeys(sensitive_nodes))
     else:
-        picked = [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < pick_threshold][:MAX_ANALYSED]
+        picked = [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < run.pick_threshold][:MAX_ANALYSED]
     if picked:
-        float_ev = ev if output_node is None else Evaluator(cm, samples)
-        res.analysis = analysis.analyse(cm, samples, picked, save_dir, float_ev, with_outputs=True)
-        res.figures["sensitivity analysis"] = os.path.join(save_dir, analysis.FILE)
+        float_ev = ev if run.output_node is None else Evaluator(cm, run.samples)
+        res.analysis = analysis.analyse(cm, run.samples, picked, run.save_dir, float_ev, with_outputs=True)
+        res.figures["sensitivity analysis"] = os.path.join(run.save_dir, analysis.FILE)
 
-    # The advice's own check: does keeping each sensitive node float, with everything else
-    # quantized, actually help? Errors of different nodes can cancel, so "only this node
-    # quantized" (the ranking) and "all but this node quantized" (what a remedy does) disagree.
-    if output_node is None:
-        # On the samples whose outputs are not blank: a blank output's cosine says nothing about a remedy.
-        blank = blank_mask(ev)
-        check = ev.subset([not b for b in blank]) if any(blank) and not all(blank) else ev
-        candidates = [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < pick_threshold][:MAX_CHECKED]
-        res.quantized_cosine, res.float_one, res.remedy = best_remedies(cm, check, candidates)
-        if res.float_one:
-            text = "\n".join(f"{n:<40}{res.remedy[n]:<6}{c:.5f}  ({c - res.quantized_cosine:+.5f})"
-                              for n, c in res.float_one.items())
-            title = (f"output cosine with one node's remedy applied (calibrated model: {res.quantized_cosine:.5f}"
-                     f"{', samples with a blank output left out' if check is not ev else ''})")
-            res.tables[title] = text
-            _write(os.path.join(save_dir, "remedy_check.txt"), title + "\n" + text + "\n")
 
-    # Step 7: outputs one cosine hides.
-    res.joins = check_joins(cm.fakequant(()), cm.fakequant(None), samples)
+def _remedy_check(run: _Run, ev: Evaluator) -> None:
+    """The advice's own check: does keeping each sensitive node float, with everything else
+    quantized, actually help? Errors of different nodes can cancel, so "only this node
+    quantized" (the ranking) and "all but this node quantized" (what a remedy does) disagree."""
+    if run.output_node is not None:
+        return
+    cm, res = run.cm, run.res
+    # On the samples whose outputs are not blank: a blank output's cosine says nothing about a remedy.
+    blank = blank_mask(ev)
+    check = ev.subset([not b for b in blank]) if any(blank) and not all(blank) else ev
+    candidates = [n for n, c in ranked_nodes(cm, res.sensitivity).items() if c < run.pick_threshold][:MAX_CHECKED]
+    res.quantized_cosine, res.float_one, res.remedy = best_remedies(cm, check, candidates)
+    if res.float_one:
+        text = "\n".join(f"{n:<40}{res.remedy[n]:<6}{c:.5f}  ({c - res.quantized_cosine:+.5f})"
+                          for n, c in res.float_one.items())
+        title = (f"output cosine with one node's remedy applied (calibrated model: {res.quantized_cosine:.5f}"
+                 f"{', samples with a blank output left out' if check is not ev else ''})")
+        res.tables[title] = text
+        run.write("remedy_check.txt", title + "\n" + text + "\n")
+
+
+def _output_parts(run: _Run) -> None:
+    """Step 7: every model output fed by a Concat, part by part: outputs one cosine hides."""
+    cm, res = run.cm, run.res
+    res.joins = check_joins(cm.fakequant(()), cm.fakequant(None), run.samples)
     float_name = {c.output: c.input for c in cm.calibrations.values()}
     for f in res.joins:      # name the parts by the model's tensors, not the calibration nodes' outputs
         for part in f.parts:
             part.tensor = float_name.get(part.tensor, part.tensor)
     if res.joins:
-        _write(os.path.join(save_dir, "output_parts.txt"), "\n".join(l for f in res.joins for l in f.report_lines()) + "\n")
+        run.write("output_parts.txt", "\n".join(l for f in res.joins for l in f.report_lines()) + "\n")
 
-    res.advice = _advice(cm, res, pick_threshold)
-    res.seconds = time.time() - t0
-    _write(os.path.join(save_dir, "summary.txt"), "\n".join(f"{i}. {a}" for i, a in enumerate(res.advice, 1)) + "\n")
-    _write(os.path.join(save_dir, "index.html"), index_html(res, cm.source))
+
+def _summarize(run: _Run, seconds: float) -> RunallResult:
+    """What to try, most promising first: summary.txt and index.html."""
+    res = run.res
+    res.advice = _advice(run.cm, res, run.pick_threshold)
+    res.seconds = seconds
+    run.write("summary.txt", "\n".join(f"{i}. {a}" for i, a in enumerate(res.advice, 1)) + "\n")
+    run.write("index.html", index_html(res, run.cm.source))
     return res
