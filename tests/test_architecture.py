@@ -15,18 +15,52 @@ import textwrap
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def test_import_contracts(tmp_path):
+def lint_imports(tmp_path, edit=None):
+    """import-linter's report on a copy of the tree laid out as the installed package;
+    ``edit(package_dir)`` may change the copy first."""
     pkg = tmp_path / "bpuemu"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for part in ("common", "board", "host"):
         shutil.copytree(ROOT / part, pkg / part, ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
-    proc = subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()"],
+    if edit is not None:
+        edit(pkg)
+    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()"],
                           cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
                           capture_output=True, text=True)
+
+
+def test_import_contracts(tmp_path):
+    """board never imports host, common neither, and the host reads top-down: no host package
+    imports one above it in the layers of .importlinter (documented in host/__init__.py)."""
+    proc = lint_imports(tmp_path)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "2 kept, 0 broken" in proc.stdout
+    assert "3 kept, 0 broken" in proc.stdout
+
+
+def test_host_layers_catch_an_upward_import(tmp_path):
+    """The layers contract sees an import of a package above, even one inside a function:
+    the compiler reaching up into the quantizer breaks it."""
+    def upward(pkg):
+        path = pkg / "host" / "compiler" / "partition.py"
+        path.write_text(path.read_text() + "\n\ndef _upward():\n    from bpuemu.host.quant import graph  # noqa\n")
+
+    proc = lint_imports(tmp_path, upward)
+    assert proc.returncode != 0
+    assert "The host reads top-down: no host package imports one above it BROKEN" in proc.stdout
+    assert "bpuemu.host.compiler.partition -> bpuemu.host.quant.graph" in proc.stdout
+
+
+def test_host_layers_name_every_host_package(tmp_path):
+    """A new package of host/ must be given its layer (exhaustive): it cannot slip past the order."""
+    def new_package(pkg):
+        (pkg / "host" / "newstage").mkdir()
+        (pkg / "host" / "newstage" / "__init__.py").write_text("")
+
+    proc = lint_imports(tmp_path, new_package)
+    assert proc.returncode != 0
+    assert "bpuemu.host.newstage" in proc.stdout + proc.stderr
 
 
 BLOCKER = textwrap.dedent(

@@ -104,8 +104,7 @@ def checker(model_type, march, model_path, proto, input_shapes, output):
 def makertbin(config_path, model_type, fast_perf, model_path, proto, march, input_shapes):
     """Convert a float model into a .bin and the four ONNX artifacts."""
     _logging("makertbin")
-    from bpuemu.host.convert.pipeline import run as run_pipeline
-    from bpuemu.host.mapper.makertbin import fast_perf_config, float_inputs, job_from_config, makertbin_from_config
+    from bpuemu.host.mapper.makertbin import makertbin_fast_perf, makertbin_from_config
 
     log.info("Start hb_mapper....")
     log.info("hb_mapper version %s", __version__)
@@ -114,8 +113,7 @@ def makertbin(config_path, model_type, fast_perf, model_path, proto, march, inpu
             raise click.UsageError("--fast-perf uses built-in settings; do not give --config")
         if not model_path or march != "bayes-e":
             raise click.UsageError("--fast-perf needs --model FILE and --march bayes-e")
-        cfg = fast_perf_config(model_path, march, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
-        result = run_pipeline(job_from_config(cfg.complete(float_inputs(cfg))))
+        result = makertbin_fast_perf(model_path, march, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))
     else:
         if not config_path:
             raise click.UsageError("give --config FILE.yaml (or --fast-perf --model FILE)")

@@ -17,7 +17,7 @@ from bpuemu.host.cli import log, run, setup_logging, version_option
 def cli(bin_file, model_file, remove, types, output):
     """Remove nodes at the inputs and outputs of a hybrid model (*.bin); with no option, list the removable ones."""
     from bpuemu.common.container import read_bin, write_bin
-    from bpuemu.host.tools import modifier
+    from bpuemu.host.compiler import modifier
 
     setup_logging()
     path = bin_file or model_file

@@ -6,5 +6,9 @@
 ``placement``: BPU/CPU placement of a float model's nodes (the checker's table);
 ``partition``: a QDQ quantized model cut into BPU subgraphs and CPU ops (the plan);
 ``compile``: makertbin's compile stage around the partitioner (input_batch,
-    layer_out_dump, the O3 compile cache).
+    layer_out_dump, the O3 compile cache);
+``plan``: a compiled model's execution plan read as a dataflow graph (tensors,
+    producers, consumers, the ONNX pieces), for the tools and node removal;
+``modifier``: removing nodes at a compiled model's inputs and outputs
+    (hb_model_modifier, and makertbin's remove_node_type / remove_node_name).
 """

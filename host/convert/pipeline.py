@@ -71,6 +71,9 @@ class ConvertJob:
     #: compiler_parameters.advice: log layers whose aligned computation exceeds theory by more (us); 0: off.
     advice: int = 0
     build_info: model_pb2.BuildInfo = field(default_factory=model_pb2.BuildInfo)
+    #: The ONNX model in onnx_model when the caller has read it already (the run takes it over
+    #: and reshapes it); None: the run reads onnx_model.
+    float_model: Optional[onnx.ModelProto] = field(default=None, repr=False, compare=False)
 
 
 @dataclass
@@ -107,7 +110,8 @@ def float_model(job: "ConvertJob") -> onnx.ModelProto:
     rest of the pipeline sees ONNX either way.
     """
     if not job.prototxt:
-        return load_float_model(job.onnx_model, job.inputs, job.output_nodes)
+        model = job.float_model if job.float_model is not None else load_onnx(job.onnx_model, "onnx_model")
+        return load_float_model(model, job.inputs, job.output_nodes, source=job.onnx_model)
     from bpuemu.host.caffe import caffe_to_onnx
 
     log.info("converting Caffe model %s (%s) to ONNX", job.caffe_model, job.prototxt)
@@ -116,12 +120,11 @@ def float_model(job: "ConvertJob") -> onnx.ModelProto:
     return load_float_model(converted, job.inputs)
 
 
-def load_float_model(path, inputs: Sequence[JobInput], output_nodes: Sequence[str] = ()) -> onnx.ModelProto:
-    """``path``: an ONNX file, or an already loaded ModelProto."""
-    if isinstance(path, onnx.ModelProto):
-        model, path = path, path.graph.name or "the model"
-    else:
-        model = load_onnx(path, "onnx_model")
+def load_float_model(model: onnx.ModelProto, inputs: Sequence[JobInput], output_nodes: Sequence[str] = (),
+                     source: str = "") -> onnx.ModelProto:
+    """``model`` (read from ``source``, named in errors) with the job's input shapes, cut at
+    ``output_nodes``, shapes inferred again."""
+    path = source or model.graph.name or "the model"
     by_name = {i.name: i for i in model.graph.input}
     inits = {t.name for t in model.graph.initializer}
     real = [i.name for i in model.graph.input if i.name not in inits]
@@ -281,7 +284,7 @@ def _convert(job: ConvertJob, out_dir: str):
         input_batch=job.input_batch, layer_out_dump=job.layer_out_dump, optimize_level=job.optimize_level,
         input_sources={ji.pre.name: ji.input_source for ji in job.inputs if ji.input_source})
     if job.remove_node_type or job.remove_node_name:
-        from bpuemu.host.tools.modifier import modify
+        from bpuemu.host.compiler.modifier import modify
 
         model, blobs, removed = modify(model, blobs, job.remove_node_name, job.remove_node_type)
         for r in removed:

@@ -1,7 +1,14 @@
-"""hb_mapper makertbin: from a typed config (or --fast-perf) to a ConvertJob, then run it."""
+"""hb_mapper makertbin: from a typed config (or --fast-perf) to a ConvertJob, then run it.
+
+    makertbin_from_config(path)  ->  load_config  ->  convert(cfg):
+        read_float_model(cfg)                 the ONNX float model, read once for the whole run
+        cfg.complete(float_inputs(cfg, m))    the config completed from the model's inputs
+        check_custom_ops(cfg, m)              standard ONNX operators only
+        run(job_from_config(cfg, m))          the pipeline (bpuemu.host.convert.pipeline)
+"""
 import logging
 import os
-from typing import Dict, List, Optional, Tuple
+from typing import Dict, List, Optional, Tuple, Union
 
 import onnx
 
@@ -20,23 +27,32 @@ FAST_PERF_PREFIX_SUFFIX = ""
 FAST_PERF_REMOVED_TYPES = ("Quantize", "Dequantize", "Transpose", "Cast", "Reshape")
 
 
-def model_inputs(path: str) -> List[Tuple[str, List[Optional[int]]]]:
-    """(name, shape) of a float model's inputs, dynamic dims as None."""
-    m = load_onnx(path, "onnx_model", load_external_data=False)
+def read_float_model(cfg) -> Optional[onnx.ModelProto]:
+    """The ONNX float model a config names, read once for the whole run; None for a Caffe model
+    (the pipeline converts it to ONNX at the yaml's input shapes)."""
+    if cfg.model.model_type == "caffe":
+        return None
+    return load_onnx(cfg.model.onnx_model, "onnx_model")
+
+
+def model_inputs(model: Union[str, onnx.ModelProto]) -> List[Tuple[str, List[Optional[int]]]]:
+    """(name, shape) of a float model's inputs (a loaded model or its path), dynamic dims as None."""
+    m = model if isinstance(model, onnx.ModelProto) else load_onnx(model, "onnx_model", load_external_data=False)
     inits = {t.name for t in m.graph.initializer}
     return [(i.name, [d.dim_value if d.dim_value > 0 else None for d in i.type.tensor_type.shape.dim])
             for i in m.graph.input if i.name not in inits]
 
 
-def float_inputs(cfg) -> List[Tuple[str, List[Optional[int]]]]:
-    """(name, shape) of the float model a config names: the ONNX model, or the Caffe prototxt's inputs.
+def float_inputs(cfg, model: Optional[onnx.ModelProto] = None) -> List[Tuple[str, List[Optional[int]]]]:
+    """(name, shape) of the float model a config names: the ONNX model (``model`` when already
+    read), or the Caffe prototxt's inputs.
 
     A Caffe net is converted at the size the yaml's input_shape gives (Caffe
     nets reshape to their input, e.g. MTCNN's fully convolutional PNet); the
     prototxt's shape is the default.
     """
     if cfg.model.model_type != "caffe":
-        return model_inputs(cfg.model.onnx_model)
+        return model_inputs(model if model is not None else cfg.model.onnx_model)
     from bpuemu.host.caffe import caffe_inputs
 
     found = caffe_inputs(cfg.model.prototxt)
@@ -89,8 +105,9 @@ def _quant_options(cfg):
     )
 
 
-def job_from_config(cfg) -> ConvertJob:
-    """A ConvertJob from a loaded (and model-completed) MapperConfig."""
+def job_from_config(cfg, float_model: Optional[onnx.ModelProto] = None) -> ConvertJob:
+    """A ConvertJob from a loaded (and model-completed) MapperConfig; ``float_model``: the ONNX
+    model it names, when already read (the run then uses it instead of reading the file)."""
     inputs = []
     for ic in cfg.inputs:
         pre = InputPreprocess(
@@ -110,6 +127,7 @@ def job_from_config(cfg) -> ConvertJob:
     node_info = cfg.model.node_info
     return ConvertJob(
         onnx_model=cfg.model.onnx_model or "",
+        float_model=float_model,
         prototxt=cfg.model.prototxt or "",
         caffe_model=cfg.model.caffe_model or "",
         output_model_file_prefix=cfg.model.output_model_file_prefix,
@@ -132,7 +150,7 @@ def job_from_config(cfg) -> ConvertJob:
     )
 
 
-def check_custom_ops(cfg) -> None:
+def check_custom_ops(cfg, model: Optional[onnx.ModelProto] = None) -> None:
     """bpuemu runs standard ONNX operators only: a custom one is an error, a custom_op group a warning.
 
     A custom CPU operator of the real toolchain is Python code registered from
@@ -141,7 +159,8 @@ def check_custom_ops(cfg) -> None:
     """
     custom = None
     if cfg.model.model_type == "onnx":  # a Caffe net's layers are checked by its converter
-        model = load_onnx(cfg.model.onnx_model, "onnx_model", load_external_data=False)
+        if model is None:
+            model = load_onnx(cfg.model.onnx_model, "onnx_model", load_external_data=False)
         custom = next((n for n in model.graph.node if n.domain not in ("", "ai.onnx")), None)
     if custom is not None:
         raise InvalidInput(
@@ -160,20 +179,34 @@ def check_custom_ops(cfg) -> None:
 def makertbin_from_config(config_path: str, model_type: str = "onnx") -> Artifacts:
     from bpuemu.host.config import load_config
 
-    cfg = load_config(config_path, model_type=model_type)
-    cfg = cfg.complete(float_inputs(cfg))
-    check_custom_ops(cfg)
-    return run(job_from_config(cfg))
+    return convert(load_config(config_path, model_type=model_type))
+
+
+def convert(cfg, float_model: Optional[onnx.ModelProto] = None) -> Artifacts:
+    """makertbin on a loaded config: the float model read once (``float_model`` when the caller
+    already has it), the config completed from its inputs, custom operators refused, the job run."""
+    if float_model is None:
+        float_model = read_float_model(cfg)
+    cfg = cfg.complete(float_inputs(cfg, float_model))
+    check_custom_ops(cfg, float_model)
+    return run(job_from_config(cfg, float_model))
+
+
+def makertbin_fast_perf(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], prototxt: str = "") -> Artifacts:
+    """hb_mapper makertbin --fast-perf: the built-in config (``fast_perf_config``) converted."""
+    model = None if prototxt else load_onnx(model_path, "onnx_model")
+    return convert(fast_perf_config(model_path, march, input_shapes, prototxt=prototxt, model=model), model)
 
 
 def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], working_dir: str = "model_output",
-                     prototxt: str = ""):
+                     prototxt: str = "", model: Optional[onnx.ModelProto] = None):
     """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3,
     Softmax on the BPU, and the CPU nodes at the model's beginning and end removed (ptq_guide: "Removes
     non-essential CPU operators at the model's beginning and end, including: Quantize/Dequantize,
     Transpose, Cast, Reshape").
 
-    With ``prototxt``, ``model_path`` is a Caffe caffemodel.
+    With ``prototxt``, ``model_path`` is a Caffe caffemodel; ``model``: the ONNX model in
+    ``model_path`` when already read.
     """
     from bpuemu.host.config import parse_config
 
@@ -183,7 +216,7 @@ def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[
         inputs = caffe_inputs(prototxt)
         source = {"caffe_model": model_path, "prototxt": prototxt}
     else:
-        inputs = model_inputs(model_path)
+        inputs = model_inputs(model if model is not None else model_path)
         source = {"onnx_model": model_path}
     names, shapes = [], []
     for name, shape in inputs:

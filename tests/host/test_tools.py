@@ -19,7 +19,8 @@ from bpuemu.board.runtime import Runtime  # noqa: E402
 from bpuemu.common.container import read_bin, write_bin  # noqa: E402
 from bpuemu.common.proto import model_pb2  # noqa: E402
 from bpuemu.common.version import __version__  # noqa: E402
-from bpuemu.host.tools import modifier, pack  # noqa: E402
+from bpuemu.host.compiler import modifier  # noqa: E402
+from bpuemu.host.tools import pack  # noqa: E402
 from bpuemu.host.cli import hb_model_info as info_cli  # noqa: E402
 from bpuemu.host.cli import hb_model_modifier as modifier_cli  # noqa: E402
 from bpuemu.host.cli import hb_pack as pack_cli  # noqa: E402

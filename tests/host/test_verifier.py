@@ -262,7 +262,7 @@ def test_lsb_tolerance_uses_the_output_scale(cpu_middle, tmp_path):
 # --- removed nodes ---------------------------------------------------------------------
 
 def test_removed_dequantize_is_compared_in_float(cpu_middle, tmp_path):
-    from bpuemu.host.tools.modifier import modify
+    from bpuemu.host.compiler.modifier import modify
 
     binfile = read_bin(cpu_middle.path)
     model, blobs, removed = modify(binfile.model(), binfile.blobs, types=["Dequantize"])
@@ -276,7 +276,7 @@ def test_removed_dequantize_is_compared_in_float(cpu_middle, tmp_path):
 
 
 def test_removed_softmax_is_refused_with_the_seed_reason(samples, board, tmp_path):
-    from bpuemu.host.tools.modifier import modify
+    from bpuemu.host.compiler.modifier import modify
 
     s = samples["rgb"]
     binfile = read_bin(s.bin)

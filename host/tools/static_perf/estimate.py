@@ -9,7 +9,7 @@ from bpuemu.common.proto import model_pb2
 from bpuemu.host.tools.static_perf.layers import Layer, io_tensors, subgraph_layers
 from bpuemu.host.tools.static_perf.strategy import CompileStrategy, strategy_of
 from bpuemu.host.tools.static_perf.x5 import KINDS, X5_BPU, X5Bpu
-from bpuemu.host.tools.plan import Kind, PlanView, piece_model
+from bpuemu.host.compiler.plan import Kind, PlanView, piece_model
 
 MB = float(1 << 20)
 

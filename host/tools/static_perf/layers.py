@@ -24,7 +24,7 @@ from onnx import numpy_helper
 from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.tools.static_perf.strategy import DEFAULT_STRATEGY, CompileStrategy
 from bpuemu.host.tools.static_perf.x5 import KINDS, X5Bpu, align
-from bpuemu.host.tools.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
+from bpuemu.host.compiler.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
 
 Shape = Tuple[int, ...]
 

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Dict, List, Tuple
 
 from bpuemu.common.proto import model_pb2
-from bpuemu.host.tools.plan import Kind
+from bpuemu.host.compiler.plan import Kind
 
 BPU_COLOUR = "#008b8b"      # dark cyan
 CPU_COLOUR = "#808080"      # grey

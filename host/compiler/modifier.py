@@ -44,7 +44,7 @@ from bpuemu.common.container import BinFile
 from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, make_properties
-from bpuemu.host.tools.plan import (DQ, Q, Kind, PlanView, TensorInfo, attribute, core_nodes, initializer, np_dtype,
+from bpuemu.host.compiler.plan import (DQ, Q, Kind, PlanView, TensorInfo, attribute, core_nodes, initializer, np_dtype,
                                     piece_tensors, qparams, value_shape)
 
 INPUT_TYPES = ("Quantize", "Transpose")
