@@ -25,7 +25,7 @@ from onnx import helper
 from bpuemu.common.container import decode_bin, encode_bin
 from bpuemu.common.errors import InvalidInput, InvalidModelFile
 from bpuemu.common.proto import model_pb2
-from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, open_session
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, graph_inputs, open_session
 
 log = logging.getLogger("bpuemu.host.makertbin")
 
@@ -35,10 +35,7 @@ CACHE_DIR = ".hb_mapper_cache"
 def rebatch(quantized: onnx.ModelProto, batch: int) -> onnx.ModelProto:
     """The quantized model with every input's first dimension set to ``batch``."""
     m = onnx.ModelProto.FromString(quantized.SerializeToString())
-    inits = {t.name for t in m.graph.initializer}
-    for vi in list(m.graph.input) + list(m.graph.output):
-        if vi.name in inits:
-            continue
+    for vi in graph_inputs(m) + list(m.graph.output):
         dims = vi.type.tensor_type.shape.dim
         if len(dims) and (dims[0].dim_value in (0, 1)):
             dims[0].ClearField("dim_param")

@@ -33,7 +33,7 @@ from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_IN
 from bpuemu.common.input_types import rt_byte_size, rt_shape
 from bpuemu.host.compiler.fuse_preprocess import fuse_preprocess
 from bpuemu.host.compiler.optable import BPU_OPS
-from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, name_nodes, value_infos
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, graph_inputs, name_nodes, value_infos
 
 Kind = model_pb2.PlanStep
 #: compiler_parameters.input_source values -> the tensor properties' inputSource.
@@ -69,11 +69,8 @@ class CompiledModel:
 
 def featuremap_specs(model: onnx.ModelProto) -> List[model_pb2.InputSpec]:
     """InputSpecs for a model whose inputs are all featuremaps (float tensors)."""
-    inits = {i.name for i in model.graph.initializer}
     specs = []
-    for vi in model.graph.input:
-        if vi.name in inits:
-            continue
+    for vi in graph_inputs(model):
         t = vi.type.tensor_type
         shape = [d.dim_value for d in t.shape.dim]
         if any(d <= 0 for d in shape):

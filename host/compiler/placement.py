@@ -24,6 +24,7 @@ from typing import Dict, Iterable, List, Optional, Set
 import onnx
 
 from bpuemu.host.compiler.optable import BPU_OPS, check_constraints
+from bpuemu.host.onnxgraph import GraphIndex
 
 
 @dataclass
@@ -113,19 +114,25 @@ def _initial(name: str, n: onnx.NodeProto, model: onnx.ModelProto, softmax_on_bp
 def _follow_passive(model, nodes, names, result: Dict[str, NodePlacement], quantized_inputs: Set[str]) -> None:
     """Rules 3 and 4, repeated until nothing changes: passive ops follow their
     inputs, and a passive op at the model tail after an int32-output op runs on the CPU."""
-    g = model.graph
-    constants = {t.name for t in g.initializer} | {n.output[0] for n in g.node if n.op_type == "Constant"}
-    outputs = {o.name for o in g.output}
-    producer = {o: name for name, n in zip(names, nodes) for o in n.output if o}
+    idx = GraphIndex(model)
+    constants = set(idx.inits) | {t for t, n in idx.producer.items() if n.op_type == "Constant"}
+    outputs = set(idx.outputs)
+    placed_name = {id(n): name for name, n in zip(names, nodes)}
+
+    def producer(t: str) -> Optional[NodePlacement]:
+        """The placement of the node making ``t`` (None for a model input or a constant)."""
+        n = idx.producer.get(t)
+        return result[placed_name[id(n)]] if n is not None and id(n) in placed_name else None
 
     def activation_inputs(n):
         return [i for i in n.input if i and i not in constants]
 
     def input_on_bpu(t: str) -> bool:
-        return t in quantized_inputs or (t in producer and result[producer[t]].on == "BPU")
+        p = producer(t)
+        return t in quantized_inputs or (p is not None and p.on == "BPU")
 
     def after_int32_output(n) -> bool:
-        srcs = [result[producer[t]].op_type for t in activation_inputs(n) if t in producer]
+        srcs = [p.op_type for p in map(producer, activation_inputs(n)) if p is not None]
         return any(BPU_OPS[op].int32_output for op in srcs if op in BPU_OPS)
 
     passive = [(name, n) for name, n in zip(names, nodes) if n.op_type in BPU_OPS and not BPU_OPS[n.op_type].active]

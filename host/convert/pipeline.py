@@ -32,7 +32,7 @@ from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
 from bpuemu.host.convert.optimizer import optimize
 from bpuemu.host.convert.preprocess import InputPreprocess, insert_preprocess
-from bpuemu.host.onnxgraph import has_qdq, load_onnx, name_nodes, open_session
+from bpuemu.host.onnxgraph import graph_inputs, has_qdq, load_onnx, name_nodes, open_session
 
 log = logging.getLogger("bpuemu.host.makertbin")
 
@@ -126,8 +126,7 @@ def load_float_model(model: onnx.ModelProto, inputs: Sequence[JobInput], output_
     ``output_nodes``, shapes inferred again."""
     path = source or model.graph.name or "the model"
     by_name = {i.name: i for i in model.graph.input}
-    inits = {t.name for t in model.graph.initializer}
-    real = [i.name for i in model.graph.input if i.name not in inits]
+    real = [i.name for i in graph_inputs(model)]
     for ji in inputs:
         vi = by_name.get(ji.pre.name)
         if vi is None:
@@ -163,7 +162,7 @@ def _cut_at(model: onnx.ModelProto, output_nodes: Sequence[str]) -> onnx.ModelPr
             outs.extend(by_node[name].output)
         else:
             raise InvalidInput(f"output_nodes names '{name}', which is not a node of the model")
-    inputs = [i.name for i in model.graph.input if i.name not in {t.name for t in model.graph.initializer}]
+    inputs = [i.name for i in graph_inputs(model)]
     inferred = onnx.shape_inference.infer_shapes(model)
     return utils.Extractor(inferred).extract_model(inputs, outs)
 

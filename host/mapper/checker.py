@@ -14,7 +14,7 @@ import onnx
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.compiler.placement import Placement, place
 from bpuemu.host.convert.optimizer import optimize
-from bpuemu.host.onnxgraph import default_opset, load_onnx
+from bpuemu.host.onnxgraph import default_opset, graph_inputs, load_onnx
 
 log = logging.getLogger("bpuemu.host.checker")
 
@@ -60,8 +60,7 @@ def fix_inputs(model: onnx.ModelProto, input_shapes: Dict[str, Tuple[int, ...]])
     if opset not in SEED_OPSETS or model.ir_version > SEED_MAX_IR_VERSION:
         warnings.append(f"model has ir_version {model.ir_version}, opset {opset}; the X5 toolchain documents "
                         f"ir_version <= {SEED_MAX_IR_VERSION} and opset 10/11. bpuemu converts it anyway.")
-    inits = {t.name for t in model.graph.initializer}
-    real = [i for i in model.graph.input if i.name not in inits]
+    real = graph_inputs(model)
     unknown = set(input_shapes) - {i.name for i in real}
     if unknown:
         raise CheckError(f"--input-shape names {sorted(unknown)}, which are not model inputs ({', '.join(i.name for i in real)})")

@@ -16,7 +16,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput
-from bpuemu.host.onnxgraph import load_onnx
+from bpuemu.host.onnxgraph import graph_inputs, load_onnx
 from bpuemu.host.convert.pipeline import Artifacts, ConvertJob, JobInput, run
 from bpuemu.host.convert.preprocess import InputPreprocess
 
@@ -38,9 +38,8 @@ def read_float_model(cfg) -> Optional[onnx.ModelProto]:
 def model_inputs(model: Union[str, onnx.ModelProto]) -> List[Tuple[str, List[Optional[int]]]]:
     """(name, shape) of a float model's inputs (a loaded model or its path), dynamic dims as None."""
     m = model if isinstance(model, onnx.ModelProto) else load_onnx(model, "onnx_model", load_external_data=False)
-    inits = {t.name for t in m.graph.initializer}
     return [(i.name, [d.dim_value if d.dim_value > 0 else None for d in i.type.tensor_type.shape.dim])
-            for i in m.graph.input if i.name not in inits]
+            for i in graph_inputs(m)]
 
 
 def float_inputs(cfg, model: Optional[onnx.ModelProto] = None) -> List[Tuple[str, List[Optional[int]]]]:

@@ -6,10 +6,11 @@ here, once, below all of them (the host's layer order is in
 ``bpuemu.host``'s docstring):
 
 ``model``: loading an ``.onnx`` file with one user-facing error
-    (``load_onnx``), opsets (``default_opset``, ``convert_opset``), node names
-    (``name_nodes``), Constant nodes as initializers, tensor types and shapes
-    (``tensor_infos``, ``value_infos``), and a copy of a model that also
-    outputs some intermediate tensors (``with_outputs``);
+    (``load_onnx``), the model's inputs (``graph_inputs``), opsets
+    (``default_opset``, ``convert_opset``), node names (``name_nodes``),
+    Constant nodes as initializers, tensor types and shapes (``tensor_infos``,
+    ``value_infos``), and a copy of a model that also outputs some
+    intermediate tensors (``with_outputs``);
 ``index``: producers and consumers of a graph's tensors (``GraphIndex``);
 ``session``: the one way the host opens an onnxruntime session on a model
     (``open_session``): with the board runtime's session options (QDQ fusion
@@ -19,12 +20,13 @@ here, once, below all of them (the host's layer order is in
 """
 from bpuemu.host.onnxgraph.index import DQ, Q, GraphIndex, attr
 from bpuemu.host.onnxgraph.model import (
-    TensorInfo, constants_to_initializers, convert_opset, default_opset, has_qdq, load_onnx, name_nodes, tensor_infos,
-    value_infos, with_outputs,
+    TensorInfo, constants_to_initializers, convert_opset, default_opset, graph_inputs, has_qdq, load_onnx, name_nodes,
+    tensor_infos, value_infos, with_outputs,
 )
 from bpuemu.host.onnxgraph.session import feed_for, open_session
 
 __all__ = [
     "DQ", "Q", "GraphIndex", "TensorInfo", "attr", "constants_to_initializers", "convert_opset", "default_opset",
-    "feed_for", "has_qdq", "load_onnx", "name_nodes", "open_session", "tensor_infos", "value_infos", "with_outputs",
+    "feed_for", "graph_inputs", "has_qdq", "load_onnx", "name_nodes", "open_session", "tensor_infos", "value_infos",
+    "with_outputs",
 ]

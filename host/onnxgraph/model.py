@@ -40,6 +40,13 @@ def load_onnx(path: str, what: str = "model file", load_external_data: bool = Tr
     return model
 
 
+def graph_inputs(model: onnx.ModelProto) -> List[onnx.ValueInfoProto]:
+    """The model's inputs: the graph inputs that are not initializers (older exporters list every
+    weight as a graph input too)."""
+    inits = {t.name for t in model.graph.initializer}
+    return [vi for vi in model.graph.input if vi.name not in inits]
+
+
 def default_opset(model: onnx.ModelProto) -> int:
     """The version of the default (ai.onnx) operator set; 0 when the model imports none."""
     return next((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), 0)

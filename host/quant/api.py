@@ -21,8 +21,8 @@ from bpuemu.host.quant.calibrators import (
 )
 from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
 from bpuemu.host.onnxgraph import (
-    DQ, Q, GraphIndex, constants_to_initializers, convert_opset, default_opset, feed_for, has_qdq, name_nodes,
-    open_session, tensor_infos, with_outputs,
+    DQ, Q, GraphIndex, constants_to_initializers, convert_opset, default_opset, feed_for, graph_inputs, has_qdq,
+    name_nodes, open_session, tensor_infos, with_outputs,
 )
 from bpuemu.host.quant.graph import (
     INT16_OPSET, MIN_OPSET, LoadedQuant, LoadedWeight, float_outputs, prepare_model, strip_qdq,
@@ -127,13 +127,10 @@ def _plan(model, bpu_nodes, int8_inputs, options, samples, log) -> QuantPlan:
 def random_samples(model: onnx.ModelProto, int8_inputs: Sequence[str], count: int, seed: int) -> List[Dict[str, np.ndarray]]:
     """Calibration data for ``skip``: X_128 images uniform in [-128, 127], featuremaps standard normal."""
     rng = np.random.default_rng(seed)
-    inits = {t.name for t in model.graph.initializer}
     out = []
     for _ in range(max(1, count)):
         sample = {}
-        for vi in model.graph.input:
-            if vi.name in inits:
-                continue
+        for vi in graph_inputs(model):
             shape = [d.dim_value if d.dim_value > 0 else 1 for d in vi.type.tensor_type.shape.dim]
             if vi.name in int8_inputs:
                 sample[vi.name] = rng.integers(-128, 128, shape).astype(np.float32)

@@ -6,8 +6,8 @@ from onnx import TensorProto, helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput, NotFound
 from bpuemu.host.onnxgraph import (
-    GraphIndex, attr, constants_to_initializers, convert_opset, default_opset, feed_for, has_qdq, load_onnx, name_nodes,
-    open_session, tensor_infos, value_infos, with_outputs,
+    GraphIndex, attr, constants_to_initializers, convert_opset, default_opset, feed_for, graph_inputs, has_qdq, load_onnx,
+    name_nodes, open_session, tensor_infos, value_infos, with_outputs,
 )
 
 
@@ -50,6 +50,14 @@ def test_index_producers_consumers_and_inputs():
     assert idx.readers("y") == []
     assert idx.position["sig"] == 3
     np.testing.assert_array_equal(idx.const("bias"), np.full((1, 4), 0.5, np.float32))
+
+
+def test_graph_inputs_leave_out_weights_listed_as_inputs():
+    m = chain()
+    m.graph.input.append(helper.make_tensor_value_info("bias", TensorProto.FLOAT, [1, 4]))  # an old exporter's habit
+    assert [vi.name for vi in m.graph.input] == ["x", "bias"]
+    assert [vi.name for vi in graph_inputs(m)] == ["x"]
+    assert GraphIndex(m).inputs == ["x"]
 
 
 def test_name_nodes_names_only_the_unnamed():
