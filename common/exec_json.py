@@ -20,8 +20,14 @@ and, per command:
   relative to --dump_path, ``.bin`` (raw C-order bytes) before ``.txt``;
 * ``perf``: ``"model"``, ``"result"`` (thread_num, frame_count, run_time_ms,
   total_latency_ms, average_latency_ms, fps, p50_ms, p90_ms, p99_ms, core_id,
-  model_name) and ``"profiler_files"`` (relative to --profile_path; empty
-  without profiling).
+  model_name: what this run measured on the machine that ran it), ``"profiler_files"``
+  (relative to --profile_path; empty without profiling) and ``"x5"``: what an RDK X5
+  would show for the same thread_num and frame_count, from the X5 timing the `.bin`
+  stores (bpuemu.common.x5_timing): thread_num, frame_count, latency_ms, fps,
+  latency_1thread_ms, bpu_ms, cpu_ms (per frame), estimate_line (makertbin's),
+  parameters (the parameter set it was computed with), steps_us (plan step ->
+  modeled us) and task_overhead_us; or ``{"error": "no X5 timing in this model,
+  rebuild with makertbin"}`` for a `.bin` made before bpuemu had the model.
 
 ``version`` is EXEC_JSON_VERSION (bpuemu.common.version); within a version
 fields are only added, so a reader ignores fields it does not know and refuses

@@ -10,6 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 import numpy as np
 
+from bpuemu.common import x5_timing
 from bpuemu.common.errors import InvalidInput, InvalidModelFile
 from bpuemu.common.input_types import checked_rt_input, rt_shape, to_model_input
 from bpuemu.common.numerics import Dequantizer
@@ -24,6 +25,23 @@ Kind = model_pb2.PlanStep
 BPU_KINDS = {Kind.BPU_SUBGRAPH}
 
 Tensors = Dict[str, np.ndarray]
+
+#: --timing x5 (hrt_boardd, hrt_model_exec): the modeled X5 every frame of this process waits for, or None.
+_X5_CLOCK: Optional[x5_timing.X5Clock] = None
+TIMINGS = ("host", "x5")
+
+
+def set_timing(timing: str) -> None:
+    """``x5``: every frame lasts at least its modeled X5 time, the process's frames sharing one modeled
+    BPU (bpuemu.common.x5_timing.X5Clock); ``host``: as fast as this machine runs (the default)."""
+    global _X5_CLOCK
+    if timing not in TIMINGS:
+        raise InvalidInput(f"unknown timing '{timing}' (known: {', '.join(TIMINGS)})")
+    _X5_CLOCK = x5_timing.X5Clock() if timing == "x5" else None
+
+
+def timing() -> str:
+    return "x5" if _X5_CLOCK is not None else "host"
 
 
 class Step:
@@ -137,6 +155,7 @@ class LoadedModel(ModelDescription):
         check_plan(model, self.steps)
         self._fused = [s for s in self.steps if isinstance(s, PreprocessStep) and s.fused]
         self._output_tensors = list(model.output_tensors) or self.output_names
+        self.x5_steps = x5_timing.plan_steps(model) if x5_timing.has_timing(model) else None
 
     def _feed(self, inputs) -> Tensors:
         if isinstance(inputs, dict):
@@ -168,6 +187,11 @@ class LoadedModel(ModelDescription):
         tensors = self._feed(inputs)
         clock = time.perf_counter_ns
         start = clock()
+        x5 = _X5_CLOCK
+        if x5 is not None:
+            if self.x5_steps is None:
+                raise x5_timing.NoX5Timing(f"model '{self.name}': {x5_timing.NO_TIMING} (this board runs --timing x5)")
+            deadline = x5.deadline_ns(self.x5_steps, submitted_ns or start)
         if times is None:
             for step in self.steps:
                 step.run(tensors)
@@ -180,6 +204,8 @@ class LoadedModel(ModelDescription):
                 t0 = t1
             times.pending_ms = (start - (submitted_ns or start)) / 1e6
             times.running_ms = (t0 - start) / 1e6
+        if x5 is not None:
+            x5.wait_until(deadline)   # the frame lasts what it lasts on the X5
         outputs = [tensors[n] for n in self._output_tensors]
         if keep_intermediate:
             inter = {k: v for k, v in tensors.items() if not k.startswith("rt:")}

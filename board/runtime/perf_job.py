@@ -13,6 +13,7 @@ from typing import Callable, List, Optional, Sequence, Tuple
 
 import numpy as np
 
+from bpuemu.common import x5_timing
 from bpuemu.common.errors import Cancelled, InvalidInput
 from bpuemu.common.input_types import random_rt_inputs
 from bpuemu.board.runtime.model import LoadedModel
@@ -105,7 +106,7 @@ def run_perf(
     run_time_ms = job.run(progress, cancelled, progress_interval_s)
     report = _statistics(model.name, config, job.latencies, run_time_ms)
     if profiler:
-        report.profiler_log, report.profiler_csv = _profiler_files(profiler, report, config)
+        report.profiler_log, report.profiler_csv = _profiler_files(profiler, report, config, model.model)
     return report
 
 
@@ -215,8 +216,39 @@ def _statistics(model_name: str, config: PerfConfig, latencies: List[float], run
     )
 
 
-def _profiler_files(profiler: Profiler, report: PerfReport, config: PerfConfig) -> Tuple[str, str]:
-    """profiler.log (the seed's two JSON documents) and profiler.csv of one run."""
+def modeled_x5(model, thread_num: int, frame_count: int):
+    """(ModeledPerf, ModelSteps) of the X5 timing stored in ``model`` (a model_pb2.Model) for this run,
+    or (None, None) when the .bin has none (x5_timing.NO_TIMING)."""
+    if not x5_timing.has_timing(model):
+        return None, None
+    steps = x5_timing.plan_steps(model)
+    return x5_timing.schedule(steps, min(max(thread_num, 1), MAX_THREADS), max(frame_count, 1)), steps
+
+
+def x5_summary(model, thread_num: int, frame_count: int) -> dict:
+    """The X5 block of hrt_model_exec perf --json (bpuemu.common.exec_json): the modeled figures, or the reason."""
+    run, steps = modeled_x5(model, thread_num, frame_count)
+    if run is None:
+        return {"error": x5_timing.NO_TIMING}
+    return {**run.summary(), "estimate_line": x5_timing.estimate_line(model), "parameters": steps.parameters,
+            "steps_us": {s.name: s.us for s in steps.steps}, "task_overhead_us": steps.task_overhead_us}
+
+
+def x5_text(model, thread_num: int, frame_count: int) -> str:
+    """The X5 block of hrt_model_exec perf's console output."""
+    run, steps = modeled_x5(model, thread_num, frame_count)
+    if run is None:
+        return f"X5 model: {x5_timing.NO_TIMING}"
+    return x5_timing.timing_text(run, steps, x5_timing.estimate_line(model))
+
+
+def _profiler_files(profiler: Profiler, report: PerfReport, config: PerfConfig, model=None) -> Tuple[str, str]:
+    """profiler.log (the seed's two JSON documents) and profiler.csv of one run; with the model's stored
+    X5 timing, each node also gets its modeled X5 time (``x5_time``, ms) and the run its modeled figures."""
+    if model is not None and x5_timing.has_timing(model):
+        steps = x5_timing.plan_steps(model)
+        profiler.x5_ms = {s.name: s.us / 1e3 for s in steps.steps}
+        profiler.x5_run = x5_summary(model, config.thread_num, report.frame_count)
     log = profiler.profiler_log(
         {"FPS": report.fps, "average_latency": report.average_latency_ms},
         {

@@ -2,7 +2,10 @@
 
 Names are the real runtime's: ``Preprocess``, ``BPU_<model>_subgraph_<i>``,
 ``<subgraph>_input_layout_convert``, ``<subgraph>_output_layout_convert``,
-``<node>_HzDequantize`` and CPU op names. ``BPU_inference_time_cost`` is the
+``<node>_HzDequantize`` and CPU op names. When the model carries X5 timing
+(bpuemu.common.x5_timing), each node of ``model_latency`` also has ``x5_time``
+(its modeled time on the X5, ms) and the first document ``x5_model`` (the
+modeled figures of the run: latency, FPS, BPU and CPU per frame). ``BPU_inference_time_cost`` is the
 per-frame sum of BPU subgraph time, ``CPU_inference_time_cost`` the per-frame
 sum of everything else; ``TaskPendingTime`` is from a frame's submission to the
 start of its first step, ``TaskRunningTime`` from there to its last step's end.
@@ -65,6 +68,8 @@ class Profiler:
         self.cpu = Stat()
         self.pending = Stat()
         self.running = Stat()
+        self.x5_ms: Dict[str, float] = {}       # step -> modeled X5 time (ms), when the model has it
+        self.x5_run: Dict[str, object] = {}
 
     def add_frame(self, frame: FrameTimes) -> None:
         with self._lock:
@@ -90,26 +95,36 @@ class Profiler:
                 "BPU_inference_time_cost": self.bpu.as_dict(),
                 "CPU_inference_time_cost": self.cpu.as_dict(),
             },
-            "model_latency": {name: self.nodes[name].as_dict() for name in sorted(self.nodes)},
+            "model_latency": {name: self._node(name) for name in sorted(self.nodes)},
             "task_latency": {
                 "TaskPendingTime": self.pending.as_dict(),
                 "TaskRunningTime": self.running.as_dict(),
             },
         }
 
+    def _node(self, name: str) -> Dict[str, float]:
+        d = self.nodes[name].as_dict()
+        if name in self.x5_ms:
+            d["x5_time"] = self.x5_ms[name]
+        return d
+
     def profiler_log(self, perf_result: dict, running_condition: dict) -> str:
         """profiler.log: two JSON documents separated by a ``***`` line (the seed's format)."""
         first = {"perf_result": perf_result, "running_condition": running_condition}
+        if self.x5_run:
+            first["x5_model"] = self.x5_run
         return json.dumps(first, indent=2) + "\n***\n" + json.dumps(self.second_document(), indent=2) + "\n"
 
     def profiler_csv(self) -> str:
         """profiler.csv: one row per node in execution order, then the totals."""
         out = io.StringIO()
         w = csv.writer(out, lineterminator="\n")
-        w.writerow(["name", "processor", "count", "avg_time_ms", "max_time_ms", "min_time_ms"])
+        x5 = bool(self.x5_ms)
+        w.writerow(["name", "processor", "count", "avg_time_ms", "max_time_ms", "min_time_ms"] + (["x5_time_ms"] if x5 else []))
         for name, stat in self.nodes.items():
             d = stat.as_dict()
-            w.writerow([name, self.kinds[name], stat.count, f"{d['avg_time']:.6f}", f"{d['max_time']:.6f}", f"{d['min_time']:.6f}"])
+            w.writerow([name, self.kinds[name], stat.count, f"{d['avg_time']:.6f}", f"{d['max_time']:.6f}", f"{d['min_time']:.6f}"]
+                       + ([f"{self.x5_ms[name]:.6f}" if name in self.x5_ms else ""] if x5 else []))
         for name, stat, proc in (
             ("BPU_inference_time_cost", self.bpu, "BPU"),
             ("CPU_inference_time_cost", self.cpu, "CPU"),
@@ -117,5 +132,6 @@ class Profiler:
             ("TaskRunningTime", self.running, "task"),
         ):
             d = stat.as_dict()
-            w.writerow([name, proc, stat.count, f"{d['avg_time']:.6f}", f"{d['max_time']:.6f}", f"{d['min_time']:.6f}"])
+            w.writerow([name, proc, stat.count, f"{d['avg_time']:.6f}", f"{d['max_time']:.6f}", f"{d['min_time']:.6f}"]
+                       + ([""] if x5 else []))
         return out.getvalue()
