@@ -56,6 +56,23 @@ def _json(command, be, **fields) -> None:
     click.echo(exec_json.document(command, platform.arch, platform.onnxruntime_version, be.load_ms, **fields))
 
 
+def timing_option(f):
+    return click.option("--timing", default="host", show_default=True, type=click.Choice(["host", "x5"]),
+                        help="x5: every frame lasts at least its modeled RDK X5 time (threads share one modeled BPU), "
+                             "so an application sees the board's latency and throughput; host: as fast as this "
+                             "machine runs. In-process only: a board paces itself (hrt_boardd --timing x5).")(f)
+
+
+def _set_timing(timing, board, ssh):
+    if timing == "host":
+        return
+    if board or ssh:
+        raise click.UsageError("--timing x5 paces in-process runs; start the board with: hrt_boardd --timing x5")
+    from bpuemu.board.runtime.model import set_timing
+
+    set_timing(timing)
+
+
 def input_option(f):
     return click.option("--input_file", default="",
                         help="One file per input, comma separated: .bin, .npy, .txt, .jpg/.jpeg/.png.")(f)
@@ -139,9 +156,11 @@ def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json)
               help="Dump every step's inputs and outputs: 1 bin, 2/3 bin and txt.")
 @click.option("--dump_path", default=".", show_default=True, type=click.Path(file_okay=False), help="Where dumps go.")
 @json_option
+@timing_option
 def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, enable_dump, dump_format,
-          dump_precision, dump_txt_axis, dump_intermediate, dump_path, as_json):
+          dump_precision, dump_txt_axis, dump_intermediate, dump_path, as_json, timing):
     """Run inference on the given inputs (random ones when none are given)."""
+    _set_timing(timing, board, ssh)
     from bpuemu.board.runtime.dump import DumpConfig
     from bpuemu.board.cli.hrt_model_exec_text import agreement_text, board_header, infer_text
 
@@ -181,10 +200,14 @@ def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, f
 @click.option("--thread_num", default=1, show_default=True, type=click.IntRange(1, 8), help="Threads running frames.")
 @click.option("--profile_path", default="", help="Directory for profiler.log and profiler.csv (off when empty).")
 @json_option
+@timing_option
 def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, perf_time, thread_num,
-         profile_path, as_json):
-    """Measure latency and frame rate on the board itself (on every board of a farm at once)."""
-    from bpuemu.board.runtime.perf_job import PerfConfig
+         profile_path, as_json, timing):
+    """Measure latency and frame rate on the board itself (on every board of a farm at once), and show what an
+    RDK X5 would measure (bpuemu's X5 timing model stored in the .bin by makertbin)."""
+    from bpuemu.board.runtime.perf_job import PerfConfig, x5_summary, x5_text
+
+    _set_timing(timing, board, ssh)
     from bpuemu.board.cli.hrt_model_exec_text import board_header, farm_perf_text
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,
@@ -197,11 +220,16 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
             run.raise_if_failed()
             b = run.outcomes[0].value
             return _json("perf", b.backend, model=b.handle.name, result=b.report.summary(),
-                         profiler_files=b.profile_files)
+                         profiler_files=b.profile_files, x5=x5_summary(b.handle.model, thread_num, b.report.frame_count))
+    paced = "paced to the X5 model by --timing x5" if timing == "x5" else \
+        "that machine's speed, not the X5's, unless it runs hrt_boardd --timing x5" if board or ssh else \
+        "this machine's speed, not the X5's"
     for o in run.ok:
         if n > 1:
             click.echo(board_header(o.value.backend))
+        click.echo(f"Host figures: measured on {o.value.backend.description} by bpuemu's emulated runtime ({paced}):")
         click.echo(o.value.report.console())
+        click.echo(x5_text(o.value.handle.model, thread_num, o.value.report.frame_count))
     if n > 1:
         click.echo(farm_perf_text(run))
     if profile_path and run.ok:
