@@ -42,9 +42,13 @@ from bpuemu.board.security import ServerTls, read_token_file
               help="Also serve infer on a TCP port of its own, TLS when gRPC is (lower latency than gRPC; "
                    "clients fall back when unreachable).")
 @click.option("--port-file", default="", help="Write the port actually bound to this file (useful with port 0).")
+@click.option("--timing", default="host", show_default=True, type=click.Choice(["host", "x5"]),
+              help="x5: infer and perf frames last at least their modeled RDK X5 time (all calls share one modeled "
+                   "BPU; the model's X5 timing comes from makertbin), so applications see the board's latency and "
+                   "throughput; host: as fast as this machine runs.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, max_jobs, max_uploads,
-        max_data_connections, max_frame_count, max_perf_time, data_channel, port_file, log_level):
+        max_data_connections, max_frame_count, max_perf_time, data_channel, port_file, timing, log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
     from bpuemu.board.daemon.server import BoardServer  # grpc import kept off --help
 
@@ -53,6 +57,9 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
     if tls_ca and not tls_cert:
         raise click.UsageError("--tls-ca (client certificates) needs TLS: give --tls-cert and --tls-key too")
     setup_logging(log_level, fmt=DAEMON_FORMAT)
+    from bpuemu.board.runtime.model import set_timing
+
+    set_timing(timing)
     limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs, max_uploads=max_uploads,
                     max_data_connections=max_data_connections, max_frame_count=max_frame_count,
                     max_perf_time_minutes=max_perf_time)
