@@ -47,8 +47,10 @@ def cli(data, det, cls_dir, rec, board, token, tls, sides, results, report_path,
                    access=BoardAccess(token=token, tls=tls, client_name="bpuemu-ocr-eval"),
                    progress=not no_progress, echo=click.echo)
     click.echo(rep.table())
+    wall = rep.seconds.get("board", 0.0)
     for b in rep.boards:
-        click.echo(f"board {b.name}: {b.items} image(s), {b.per_s:.1f} images/s"
+        click.echo(f"board {b.name}: {b.items} image(s), {b.items / wall if wall else 0.0:.1f} images/s over the run's "
+                   f"{wall:.1f} s ({1e3 * b.busy_s / max(1, b.items):.0f} ms per image)"
                    + (f"; left the run: {b.error}" if b.error else ""))
     drop = rep.quantized_drop()
     over = {k: v for k, v in drop.items() if v > 1.0}

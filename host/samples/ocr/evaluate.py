@@ -20,33 +20,30 @@ digest of every raw model output it took; a re-run reads the file and does
 only what is missing. Board and quantized ONNX must agree exactly: the report
 names every item whose predictions or raw outputs differ.
 
-The board side spreads the items over the boards (``spread``): one worker
-thread per board, each with its own connection, pulling from one queue. A
-board that fails (unreachable, restarted, deadline) puts its in-flight item
-back for the others and leaves; the run fails only when no board is left.
+The board side spreads the items over the boards with the farm's
+``map_with_failover``: one worker per board, each with its own connection and
+one item in flight. A board that is lost (unreachable, killed, past its
+deadline) puts its item back for the others and leaves; the run fails only
+when no board is left.
 """
 import glob
 import hashlib
 import json
 import os
-import queue
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from bpuemu.common.errors import (BoardUnavailable, BpuEmuError, Cancelled, DeadlineExceeded, InternalError,
-                                  InvalidInput, NotFound)
-from bpuemu.common.input_types import image_to_rt, model_hw, to_model_input
-from bpuemu.host.samples.ocr import metrics
+from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.common.input_types import model_hw, to_model_input
+from bpuemu.host.samples.ocr import dataset, metrics, models as ocr_models, preprocess
 from bpuemu.host.samples.ocr.postprocess import TextBox, cls_direction, ctc_greedy, det_boxes, turn_over
 
 MODELS = ("det", "cls", "rec")
 SIDES = ("float", "quantized", "board")
-#: A board that fails with one of these has gone (down, restarted, too slow): its item goes to another board.
-BOARD_FAILURES = (BoardUnavailable, DeadlineExceeded, Cancelled, InternalError)
 
 
 # --- the models ---------------------------------------------------------------------------
@@ -76,17 +73,6 @@ class ConvertedModel:
                    _one(directory, "*.bin", "BIN models"))
 
 
-def charset(onnx_path: str) -> List[str]:
-    """The recogniser's character list from its ONNX metadata (PaddleOCR's 'character', one per line)."""
-    import onnx
-
-    model = onnx.load(onnx_path, load_external_data=False)
-    for prop in model.metadata_props:
-        if prop.key == "character":
-            return prop.value.split("\n")
-    raise InvalidInput(f"{onnx_path} has no 'character' metadata: is it a PaddleOCR recogniser?")
-
-
 @dataclass
 class OcrModels:
     det: ConvertedModel
@@ -96,17 +82,21 @@ class OcrModels:
     #: from each .bin's manifest: model name and input spec
     names: Dict[str, str] = field(default_factory=dict)
     specs: Dict[str, object] = field(default_factory=dict)
+    #: each model's input from an image (the sample's preprocess; det at the .bin's size)
+    inputs: Dict[str, preprocess.ModelInput] = field(default_factory=dict)
 
     @classmethod
     def from_dirs(cls, det: str, cls_dir: str, rec: str) -> "OcrModels":
         from bpuemu.common.container import read_bin
 
         conv = {k: ConvertedModel.from_dir(d) for k, d in zip(MODELS, (det, cls_dir, rec))}
-        models = cls(conv["det"], conv["cls"], conv["rec"], charset(conv["rec"].float_onnx))
+        found = cls(conv["det"], conv["cls"], conv["rec"], ocr_models.charset(conv["rec"].float_onnx))
         for k, c in conv.items():
             m = read_bin(c.bin).model()
-            models.names[k], models.specs[k] = m.name, m.input_specs[0]
-        return models
+            found.names[k], found.specs[k] = m.name, m.input_specs[0]
+        _, h, w, _ = model_hw(found.specs["det"])
+        found.inputs = preprocess.model_inputs((h, w))
+        return found
 
     def converted(self, which: str) -> ConvertedModel:
         return getattr(self, which)
@@ -126,13 +116,17 @@ class OcrModels:
 # --- where the models run -----------------------------------------------------------------
 
 class OnnxSide:
-    """The float or quantized ONNX of each model, run with HB_ONNXRuntime on this host."""
+    """The float or quantized ONNX of each model, run with HB_ONNXRuntime on this host.
+
+    Both take the ``.bin``'s input_type_rt data converted as the seeds'
+    04_inference does (``to_model_input``): the original float model carries
+    the same HzPreprocess as the quantized one.
+    """
 
     def __init__(self, models: OcrModels, stage: str):
         from bpuemu.host import HB_ONNXRuntime
 
-        self.name = stage
-        self.specs = models.specs
+        self.name, self.specs, self.inputs = stage, models.specs, models.inputs
         path = {"float": lambda c: c.float_onnx, "quantized": lambda c: c.quantized_onnx}[stage]
         self.sessions = {k: HB_ONNXRuntime(path(models.converted(k))) for k in MODELS}
 
@@ -140,32 +134,19 @@ class OnnxSide:
         sess = self.sessions[which]
         return sess.run(None, {sess.input_names[0]: to_model_input(rt, self.specs[which])})
 
-    def close(self) -> None:
-        pass
-
 
 class BoardSide:
-    """The three `.bin` models on one board."""
+    """The three `.bin` models on one board (a RemoteBackend that holds them)."""
 
-    def __init__(self, target: str, models: OcrModels, access=None):
-        from bpuemu.board.farm import BoardAccess
-
-        self.name = target
-        self.specs = models.specs
-        self.backend = (access or BoardAccess(client_name="bpuemu-ocr-eval")).backend(
-            target, [models.converted(k).bin for k in MODELS])
-        self.handles = {k: self.backend.model(models.names[k]) for k in MODELS}
+    def __init__(self, name: str, backend, models: OcrModels):
+        self.name, self.specs, self.inputs = name, models.specs, models.inputs
+        self.handles = {k: backend.model(models.names[k]) for k in MODELS}
 
     def run(self, which: str, rt: np.ndarray) -> List[np.ndarray]:
         h = self.handles[which]
         outputs = h.infer([rt]).outputs
         return [outputs[n] for n in h.output_names]
 
-    def close(self) -> None:
-        self.backend.close()
-
-
-# --- images in, model inputs out -----------------------------------------------------------
 
 def load_rgb(path: str) -> np.ndarray:
     from PIL import Image
@@ -175,31 +156,6 @@ def load_rgb(path: str) -> np.ndarray:
             return np.asarray(img.convert("RGB"))
     except (OSError, ValueError) as exc:
         raise InvalidInput(f"cannot read image {path}: {exc}") from None
-
-
-def _resize(rgb: np.ndarray, w: int, h: int) -> np.ndarray:
-    from PIL import Image
-
-    return np.asarray(Image.fromarray(rgb).resize((w, h), Image.BILINEAR))
-
-
-def page_input(rgb: np.ndarray, spec) -> np.ndarray:
-    """A page resized to the detector's input (the boxes are scaled back to the page)."""
-    _, h, w, _ = model_hw(spec)
-    return image_to_rt(_resize(rgb, w, h), spec)
-
-
-def line_input(rgb: np.ndarray, spec) -> np.ndarray:
-    """A line resized to the model's height keeping its aspect (at most the model's width), padded right.
-
-    PaddleOCR's resize_norm_img; the padding is grey 128 (0 after the
-    normalisation, as PaddleOCR pads).
-    """
-    _, h, w, _ = model_hw(spec)
-    rw = min(w, max(1, int(np.ceil(h * rgb.shape[1] / max(1, rgb.shape[0])))))
-    canvas = np.full((h, w, 3), 128, dtype=np.uint8)
-    canvas[:, :rw] = _resize(rgb, rw, h)
-    return image_to_rt(canvas, spec)
 
 
 # --- the pipeline on one side ----------------------------------------------------------------
@@ -217,15 +173,18 @@ class Reader:
             self.digest.update(np.ascontiguousarray(o).tobytes())
         return outs
 
+    def _input(self, which: str, image: np.ndarray) -> np.ndarray:
+        return self.side.inputs[which].rt_input(image)
+
     def detect(self, page: np.ndarray) -> List[TextBox]:
-        prob = self._run("det", page_input(page, self.side.specs["det"]))[0]
-        return det_boxes(prob, page.shape[:2])
+        prob = self._run("det", self._input("det", page))[0]
+        return det_boxes(prob, page.shape[:2], self.side.inputs["det"].ratio(*page.shape[:2]))
 
     def direction(self, line: np.ndarray) -> Tuple[int, float]:
-        return cls_direction(self._run("cls", line_input(line, self.side.specs["cls"]))[0])
+        return cls_direction(self._run("cls", self._input("cls", line))[0])
 
     def recognise(self, line: np.ndarray) -> str:
-        return ctc_greedy(self._run("rec", line_input(line, self.side.specs["rec"]))[0], self.charset)[0]
+        return ctc_greedy(self._run("rec", self._input("rec", line))[0], self.charset)[0]
 
     def read_page(self, page: np.ndarray) -> List[dict]:
         """det -> crop -> cls (turned over when sure) -> rec: each box with its angle and text."""
@@ -258,22 +217,12 @@ def load_items(split_dir: str, pages: Optional[int] = None, lines: Optional[int]
     """The split's pages then lines (the first ``pages`` / ``lines`` of each; None: all)."""
     if not os.path.isdir(split_dir):
         raise NotFound(f"no such evaluation set: {split_dir}", hint="make it with 02_preprocess.sh or dataset.make")
-    items = [Item("page", os.path.join(split_dir, p["file"]), p["file"], tuple(tuple(b) for b in p["boxes"]),
-                  tuple(p["texts"])) for p in _labels(split_dir, "pages.json")[:pages]]
-    items += [Item("line", os.path.join(split_dir, ln["file"]), ln["file"], text=ln["text"], angle=int(ln["angle"]))
-              for ln in _labels(split_dir, "lines.json")[:lines]]
+    key = lambda f: os.path.relpath(f, split_dir)  # noqa: E731
+    items = [Item("page", p.file, key(p.file), tuple(tuple(b) for b in p.boxes), tuple(p.texts))
+             for p in dataset.load_pages(split_dir)[:pages]]
+    items += [Item("line", ln.file, key(ln.file), text=ln.text, angle=int(ln.angle))
+              for ln in dataset.load_lines(split_dir)[:lines]]
     return items
-
-
-def _labels(split_dir: str, name: str) -> list:
-    path = os.path.join(split_dir, name)
-    if not os.path.exists(path):
-        return []
-    try:
-        with open(path, encoding="utf-8") as f:
-            return json.load(f)
-    except (OSError, ValueError) as exc:
-        raise InvalidInput(f"cannot read labels {path}: {exc}") from None
 
 
 def run_item(side, charset: Sequence[str], item: Item) -> dict:
@@ -349,10 +298,12 @@ class ResultsFile:
         self._f.close()
 
 
-# --- spreading items over workers -----------------------------------------------------------------
+# --- items over the workers ------------------------------------------------------------------------
 
 @dataclass
 class WorkerStats:
+    """What one worker (a board, or a host side) did: items, time spent on them, why it left the run."""
+
     name: str
     items: int = 0
     busy_s: float = 0.0
@@ -360,75 +311,32 @@ class WorkerStats:
 
     @property
     def per_s(self) -> float:
+        """Items per second of its own working time."""
         return self.items / self.busy_s if self.busy_s else 0.0
 
 
-def spread(items: Sequence[Item], open_worker: Sequence[Callable[[], object]], names: Sequence[str],
-           work: Callable[[object, Item], dict], on_result: Callable[[str, Item, dict], None]) -> List[WorkerStats]:
-    """Run ``work(worker, item)`` for every item over the workers; ``on_result(worker_name, item, result)``.
+def run_items(workers: Mapping[str, object], items: Sequence[Item], charset: Sequence[str],
+              on_result: Callable[[str, Item, dict], None], stats: Dict[str, WorkerStats]) -> None:
+    """Every item on one of the workers (``map_with_failover``); ``on_result(worker, item, record)`` as each ends.
 
-    One thread per worker (``open_worker[i]()`` opens it, in that thread)
-    pulls items from one queue. A worker failing with one of BOARD_FAILURES
-    puts its item back and leaves; any other error stops the run. Results
-    reach ``on_result`` in the calling thread.
+    A worker lost mid-item (BOARD_LOST) leaves the run with its reason in
+    ``stats``; its item goes to another worker.
     """
-    todo: "queue.Queue[Optional[Item]]" = queue.Queue()
-    for it in items:
-        todo.put(it)
-    events: "queue.Queue[tuple]" = queue.Queue()
-    stats = [WorkerStats(n) for n in names]
-    stop = threading.Event()
+    from bpuemu.board.farm import BOARD_LOST, map_with_failover
 
-    def worker(i: int) -> None:
-        w = None
+    def work(side, item: Item):
+        t0 = time.perf_counter()
         try:
-            w = open_worker[i]()
-            while not stop.is_set():
-                it = todo.get()
-                if it is None:
-                    break
-                t0 = time.perf_counter()
-                try:
-                    result = work(w, it)
-                except BaseException:
-                    todo.put(it)  # the item goes to another worker
-                    raise
-                stats[i].busy_s += time.perf_counter() - t0
-                stats[i].items += 1
-                events.put(("done", i, it, result))
-        except BOARD_FAILURES as exc:
-            stats[i].error = str(exc).splitlines()[0]
-            events.put(("lost", i, None, exc))
-        except BaseException as exc:  # a user's error (bad input) or a bug: the run stops
-            events.put(("fatal", i, None, exc))
-        finally:
-            if w is not None:
-                w.close()
+            rec = run_item(side, charset, item)
+        except BOARD_LOST as exc:
+            stats[side.name].error = exc.message.splitlines()[0]
+            raise
+        return side.name, time.perf_counter() - t0, rec
 
-    threads = [threading.Thread(target=worker, args=(i,), daemon=True, name=f"eval-{n}") for i, n in enumerate(names)]
-    for t in threads:
-        t.start()
-    live, remaining = len(threads), len(items)
-    try:
-        while remaining:
-            if not live:
-                raise BoardUnavailable("every board failed: " + "; ".join(f"{s.name}: {s.error}" for s in stats),
-                                       hint=f"{remaining} item(s) left undone; their results so far are kept")
-            kind, i, it, payload = events.get()
-            if kind == "done":
-                remaining -= 1
-                on_result(names[i], it, payload)
-            elif kind == "lost":
-                live -= 1
-            else:
-                raise payload
-    finally:
-        stop.set()
-        for _ in threads:
-            todo.put(None)
-        for t in threads:
-            t.join(timeout=5)
-    return stats
+    for index, (name, seconds, rec) in map_with_failover(workers, work, items):
+        stats[name].items += 1
+        stats[name].busy_s += seconds
+        on_result(name, items[index], rec)
 
 
 # --- scoring and the report -----------------------------------------------------------------------
@@ -522,12 +430,10 @@ def evaluate(models: OcrModels, split_dir: str, results: str, sides: Sequence[st
 
                 try:
                     if side == "board":
-                        stats = spread(todo, [lambda t=t: BoardSide(t, models, access) for t in boards], list(boards),
-                                       lambda w, it: run_item(w, models.charset, it), on_result)
-                        report.boards = stats
+                        report.boards = _on_boards(models, boards, access, todo, on_result)
                     else:
-                        spread(todo, [lambda: OnnxSide(models, side)], [side],
-                               lambda w, it: run_item(w, models.charset, it), on_result)
+                        run_items({side: OnnxSide(models, side)}, todo, models.charset, on_result,
+                                  {side: WorkerStats(side)})
                 finally:
                     bar.close()
             report.seconds[side] = round(time.perf_counter() - t0, 3)
@@ -538,6 +444,27 @@ def evaluate(models: OcrModels, split_dir: str, results: str, sides: Sequence[st
     finally:
         store.close()
     return report
+
+
+def _on_boards(models: OcrModels, boards: Sequence[str], access, todo: Sequence[Item],
+               on_result: Callable[[str, Item, dict], None]) -> List[WorkerStats]:
+    """The board side: every board opened (upload + load of the three .bin) in parallel, then the items spread."""
+    from bpuemu.board.farm import BoardAccess, FarmClient
+
+    access = access or BoardAccess(client_name="bpuemu-ocr-eval")
+    stats = {b: WorkerStats(b) for b in boards}
+    with FarmClient(list(boards), [models.converted(k).bin for k in MODELS], access) as farm:
+        workers = {}
+        for o in farm.boards():
+            if o.ok:
+                workers[o.target] = BoardSide(o.target, o.value, models)
+            else:
+                stats[o.target].error = o.error.message.splitlines()[0]
+        if not workers:
+            raise type(farm.boards()[0].error)(
+                "no board could be opened: " + "; ".join(f"{s.name}: {s.error}" for s in stats.values()))
+        run_items(workers, todo, models.charset, on_result, stats)
+    return [stats[b] for b in boards]
 
 
 def _fingerprint(models: OcrModels, split_dir: str) -> str:

@@ -21,8 +21,9 @@ ships for PP-OCRv4 (``thresh`` 0.3, ``box_thresh`` 0.5, ``unclip_ratio`` 1.6,
 * unclip: the box grows by ``area * unclip_ratio / perimeter`` on every side
   (pyclipper's round-joined offset of a rectangle has exactly this bounding
   box), and is dropped if its short side is under ``min_size + 2``;
-* it is scaled from the map to the page and rounded (``np.round``) and clipped
-  as PaddleOCR does.
+* it is scaled from the map to the page (by the resize ratio: the sample's
+  preprocessing fits the page into the input and pads it) and rounded
+  (``np.round``) and clipped as PaddleOCR does.
 
 The direction classifier's two classes are ``['0', '180']``; PaddleOCR turns
 a line over only when the 180 class scores above ``cls_thresh`` (0.9).
@@ -32,7 +33,7 @@ repeats merged, index 0 is the CTC blank, and the recogniser's character list
 (from its ONNX metadata) is preceded by the blank and followed by a space.
 """
 from dataclasses import dataclass
-from typing import List, Sequence, Tuple
+from typing import List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -130,14 +131,19 @@ def components(mask: np.ndarray) -> List[Tuple[int, int, int, int]]:
     return [tuple(int(v) for v in boxes[r]) for r in sorted(boxes)]
 
 
-def det_boxes(prob: np.ndarray, page_hw: Tuple[int, int], thresh: float = DB_THRESH,
-              box_thresh: float = DB_BOX_THRESH, unclip_ratio: float = DB_UNCLIP_RATIO,
+def det_boxes(prob: np.ndarray, page_hw: Tuple[int, int], ratio: Optional[Tuple[float, float]] = None,
+              thresh: float = DB_THRESH, box_thresh: float = DB_BOX_THRESH, unclip_ratio: float = DB_UNCLIP_RATIO,
               min_size: int = DB_MIN_SIZE, max_candidates: int = DB_MAX_CANDIDATES) -> List[TextBox]:
-    """DB decoding of one probability map (1x1xHxW, 1xHxW or HxW) into boxes on a page of ``page_hw`` pixels."""
+    """DB decoding of one probability map (1x1xHxW, 1xHxW or HxW) into boxes on a page of ``page_hw`` pixels.
+
+    ``ratio`` (ry, rx): map pixels per page pixel (a page fitted into the
+    detector's input and padded); by default the map covers the whole page.
+    """
     prob = np.asarray(prob, dtype=np.float32)
     prob = prob.reshape(prob.shape[-2:])
     height, width = prob.shape
     page_h, page_w = page_hw
+    ry, rx = ratio if ratio is not None else (height / page_h, width / page_w)
     mask = _dilate_2x2(prob > thresh)
     found = []
     for x0, y0, x1, y1 in components(mask)[:max_candidates]:
@@ -151,7 +157,7 @@ def det_boxes(prob: np.ndarray, page_hw: Tuple[int, int], thresh: float = DB_THR
         ux0, uy0, ux1, uy1 = x0 - d, y0 - d, x1 + d, y1 + d
         if min(ux1 - ux0, uy1 - uy0) < min_size + 2:
             continue
-        sx, sy = page_w / width, page_h / height
+        sx, sy = 1.0 / rx, 1.0 / ry
         bx0, bx1 = (int(np.clip(np.round(v * sx), 0, page_w)) for v in (ux0, ux1))
         by0, by1 = (int(np.clip(np.round(v * sy), 0, page_h)) for v in (uy0, uy1))
         if bx1 - bx0 <= 3 or by1 - by0 <= 3:  # PaddleOCR's filter_tag_det_res
