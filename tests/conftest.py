@@ -1,7 +1,9 @@
 """Shared pytest fixtures for the bpuemu test suite.
 
 Keep this file small: model builders live in ``tests/helpers/``; each section
-below belongs to one area of the suite.
+below belongs to one area of the suite. A test that needs a tool CI installs
+(sshd, chromium, systemd-analyze, the arm64 chroot) asks for it through
+``helpers.installed.require``: a skip here, a failure under CI=true.
 """
 import numpy as np
 import pytest

@@ -14,9 +14,8 @@ import subprocess
 import sys
 import time
 
-import pytest
-
 from deploy_helpers import INSTALL_SH, UNIT, expand_exec, free_port, parse_unit
+from helpers.installed import require
 
 #: Highest acceptable `systemd-analyze security` exposure, in its 0-100 scale (2.0 shown as "OK").
 MAX_EXPOSURE = 20
@@ -25,8 +24,7 @@ VENV_HRT_BOARDD = "/opt/bpuemu/venv/bin/hrt_boardd"
 
 def systemd_analyze() -> str:
     exe = shutil.which("systemd-analyze")
-    if exe is None:
-        pytest.skip("systemd-analyze is not installed (Debian package systemd)")
+    require(None if exe else "systemd-analyze is not installed (scripts/test.sh installs Debian's systemd)")
     return exe
 
 

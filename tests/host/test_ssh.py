@@ -29,9 +29,7 @@ from bpuemu.common.exec_json import read_document
 from bpuemu.common.version import EXEC_JSON_VERSION
 from bpuemu.host.clients.ssh import SshBackend, parse_target
 
-from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable
-
-pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
+from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli
 
 SIZE = 32
 #: What hrt_model_exec infer prints on stderr besides errors when it makes random inputs.

@@ -15,11 +15,9 @@ import time
 
 import pytest
 
-from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli, sshd_unavailable
+from sshd_harness import REMOTE_COMMAND, Sshd, assert_ok, assert_one_error, run_cli
 from fault_proxy import FaultProxy  # noqa: E402 (tests/board is on sys.path through sshd_harness)
 from boardd_harness import finish_cli, start_cli  # noqa: E402
-
-pytestmark = pytest.mark.skipif(sshd_unavailable() is not None, reason=sshd_unavailable() or "")
 
 #: stderr lines of hrt_model_exec --ssh that are not its error: the random-input note, and the
 #: warning about earlier sessions' work dirs removed (left by an earlier failed run of these tests).

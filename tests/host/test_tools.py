@@ -13,18 +13,16 @@ import sys
 import numpy as np
 import pytest
 
-pytest.importorskip("bpuemu.host.mapper.makertbin")
-
-from bpuemu.board.runtime import Runtime  # noqa: E402
-from bpuemu.common.container import read_bin, write_bin  # noqa: E402
-from bpuemu.common.proto import model_pb2  # noqa: E402
-from bpuemu.common.version import __version__  # noqa: E402
-from bpuemu.host.compiler import modifier  # noqa: E402
-from bpuemu.host.tools import pack  # noqa: E402
-from bpuemu.host.cli import hb_model_info as info_cli  # noqa: E402
-from bpuemu.host.cli import hb_model_modifier as modifier_cli  # noqa: E402
-from bpuemu.host.cli import hb_pack as pack_cli  # noqa: E402
-import tools_models  # noqa: E402
+from bpuemu.board.runtime import Runtime
+from bpuemu.common.container import read_bin, write_bin
+from bpuemu.common.proto import model_pb2
+from bpuemu.common.version import __version__
+from bpuemu.host.compiler import modifier
+from bpuemu.host.tools import pack
+from bpuemu.host.cli import hb_model_info as info_cli
+from bpuemu.host.cli import hb_model_modifier as modifier_cli
+from bpuemu.host.cli import hb_pack as pack_cli
+import tools_models
 
 TT = model_pb2.TensorType
 

@@ -2,7 +2,6 @@
 import json
 import os
 import re
-import shutil
 import subprocess
 
 import numpy as np
@@ -10,17 +9,15 @@ import onnx
 import pytest
 from onnx import shape_inference
 
-pytest.importorskip("bpuemu.host.mapper.makertbin")
+from bpuemu.common.container import read_bin
+from bpuemu.host.tools import pack
+from bpuemu.host.tools import static_perf as perf
+from bpuemu.host.cli import hb_perf as perf_cli
+from bpuemu.host.tools.static_perf.structure import BPU_COLOUR, CPU_COLOUR
+from bpuemu.host.tools.static_perf.x5 import KINDS
+import tools_models
+from helpers.installed import chromium
 
-from bpuemu.common.container import read_bin  # noqa: E402
-from bpuemu.host.tools import pack  # noqa: E402
-from bpuemu.host.tools import static_perf as perf  # noqa: E402
-from bpuemu.host.cli import hb_perf as perf_cli  # noqa: E402
-from bpuemu.host.tools.static_perf.structure import BPU_COLOUR, CPU_COLOUR  # noqa: E402
-from bpuemu.host.tools.static_perf.x5 import KINDS  # noqa: E402
-import tools_models  # noqa: E402
-
-CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 DARK_CYAN = (0x00, 0x8B, 0x8B)
 GREY = (0x80, 0x80, 0x80)
 STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3}"
@@ -265,7 +262,7 @@ def test_hb_perf_on_a_packed_file(bins, tmp_path, capsys, monkeypatch):
 
 def _screenshot(url: str, png, profile) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+        [chromium(), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
          "--disable-background-networking", "--disable-component-update", "--disable-sync",
          f"--user-data-dir={profile}", "--enable-logging=stderr", "--v=0", "--window-size=1200,1800",
          f"--screenshot={png}", url],
@@ -276,7 +273,6 @@ def _js_errors(stderr: str):
     return [line for line in stderr.splitlines() if "Uncaught" in line or ":CONSOLE" in line and "rror" in line]
 
 
-@pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed (scripts/test.sh installs it as root)")
 def test_report_renders_in_headless_chromium(bins, tmp_path, capsys, monkeypatch):
     # The JS-error check can fail: a page with a broken script is caught.
     bad = tmp_path / "bad.html"

@@ -23,8 +23,7 @@ from bpuemu.host.verifier.inputs import load_inputs, parse_input_arg
 from bpuemu.host.verifier.report import SideInfo
 from bpuemu.host.verifier.sides import SideRun
 
-from sshd_harness import (REMOTE_COMMAND, Daemon, Sshd, assert_ok, assert_one_error, clean_env, run_cli,
-                          sshd_unavailable)
+from sshd_harness import REMOTE_COMMAND, Daemon, Sshd, assert_ok, assert_one_error, clean_env, run_cli
 
 SIZE = 32
 PAIRS = ("Quanti.onnx VS Arm", "Quanti.onnx VS Sim", "Arm VS Sim")
@@ -86,9 +85,6 @@ def board(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def sshd(tmp_path_factory):
-    reason = sshd_unavailable()
-    if reason:
-        pytest.skip(reason)
     server = Sshd(tmp_path_factory.mktemp("verifier_sshd")).start()
     try:
         yield server
