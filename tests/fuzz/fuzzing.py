@@ -1,19 +1,25 @@
-"""What the fuzz tests share: the example budget, and strategies for protobuf messages.
+"""What the fuzz tests share: the example budget, outcome counts, and strategies for protobuf messages.
 
 CI runs every fuzz test with ``BUDGET`` examples (the ``bpuemu-ci`` hypothesis
 profile, derandomized so CI failures reproduce); ``bench/fuzz.py --minutes N``
-runs the same properties (``PROPERTIES`` in each module) for as long as asked.
+runs the same properties (``properties()`` in each module) for as long as asked.
+
+A property's check returns the name of its outcome ("loaded", "refused", ...).
+``run_counted`` runs a property and counts the outcomes, so that a test can
+assert that its examples reach the code under test (a fuzzer whose every
+example stops at the first check fuzzes nothing behind it).
 
 ``messages(descriptor)`` draws any well-typed message of a proto type: every
 scalar field from its full range, repeated fields of a few items, nested
 messages to a bounded depth. ``overrides`` bias chosen fields (by name) toward
 values the server knows (a stored model's SHA-256, real dtypes).
 """
+import collections
 import os
-from typing import Dict
+from typing import Callable, Dict
 
 from google.protobuf.descriptor import FieldDescriptor as F
-from hypothesis import HealthCheck, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 #: Examples per fuzz test in CI. All fuzz tests together stay within ~2.5 minutes.
@@ -22,6 +28,32 @@ BUDGET = int(os.environ.get("BPUEMU_FUZZ_EXAMPLES", "400"))
 settings.register_profile("bpuemu-ci", max_examples=BUDGET, deadline=None, derandomize=True, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large,
                                                  HealthCheck.function_scoped_fixture])
+
+
+def run_counted(strategy, check: Callable, max_examples: int = 0) -> collections.Counter:
+    """Run the property (``check`` returns its outcome's name) under the active profile, with
+    ``max_examples`` if given; outcome -> examples."""
+    outcomes = collections.Counter()
+
+    def counted(example):
+        outcomes[check(example)] += 1
+
+    test = given(strategy)(counted)
+    if max_examples:
+        test = settings(max_examples=max_examples)(test)
+    test()
+    return outcomes
+
+
+def assert_share(outcomes: collections.Counter, wanted, at_least: float) -> None:
+    """At least the fraction ``at_least`` of the examples ended in one of the ``wanted`` outcomes."""
+    wanted = {wanted} if isinstance(wanted, str) else set(wanted)
+    total = sum(outcomes.values())
+    got = sum(n for k, n in outcomes.items() if k in wanted)
+    assert total and got >= at_least * total, (
+        f"only {got} of {total} examples ended {' or '.join(sorted(map(str, wanted)))} "
+        f"(wanted >= {at_least:.0%}): {dict(outcomes.most_common())}")
+
 
 _SCALARS = {
     F.TYPE_INT32: st.integers(-(2**31), 2**31 - 1), F.TYPE_SINT32: st.integers(-(2**31), 2**31 - 1),
@@ -34,10 +66,37 @@ _SCALARS = {
 }
 
 
-def small_ints(field_type):
-    """Mostly small values (a shape, a count), sometimes the extremes of the type."""
-    full = _SCALARS[field_type]
-    return st.one_of(st.integers(0, 8), full) if field_type in _SCALARS else full
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        byte, n = n & 0x7F, n >> 7
+        out.append(byte | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+@st.composite
+def unknown_fields(draw) -> bytes:
+    """Wire bytes of 1..3 fields that no message here defines (numbers 1000+): what a newer client may send."""
+    out = b""
+    for _ in range(draw(st.integers(1, 3))):
+        number = draw(st.integers(1000, 2**29 - 1))
+        wire = draw(st.sampled_from([0, 1, 2, 5]))
+        payload = {0: lambda: _varint(draw(st.integers(0, 2**64 - 1))), 1: lambda: draw(st.binary(min_size=8, max_size=8)),
+                   2: lambda: (lambda b: _varint(len(b)) + b)(draw(st.binary(max_size=64))),
+                   5: lambda: draw(st.binary(min_size=4, max_size=4))}[wire]()
+        out += _varint(number << 3 | wire) + payload
+    return out
+
+
+def with_unknown_fields(messages_strategy) -> st.SearchStrategy:
+    """The messages of ``messages_strategy``, each with unknown fields added."""
+    def add(pair):
+        msg, extra = pair
+        msg.MergeFromString(extra)
+        return msg
+
+    return st.tuples(messages_strategy, unknown_fields()).map(add)
 
 
 def messages(descriptor, overrides: Dict[str, st.SearchStrategy] = None, depth: int = 3) -> st.SearchStrategy:
