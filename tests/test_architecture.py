@@ -186,3 +186,18 @@ def test_readme_layout_names_every_package():
                 if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))}
     assert packages - set(rows) == set(), "packages missing from README.md's Layout table"
     assert [r for r in rows if not (ROOT / r).is_dir()] == [], "rows naming folders that do not exist"
+
+
+def test_one_session_opener_on_the_host():
+    """The host opens onnxruntime sessions in one place (bpuemu.host.onnxgraph.open_session), with
+    the board runtime's session options unless the caller says otherwise: a session made anywhere
+    else could silently compute a quantized model differently from the board."""
+    opener = ROOT / "host" / "onnxgraph" / "session.py"
+    makers = []
+    for path in sorted((ROOT / "host").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.Call) and getattr(node.func, "attr", getattr(node.func, "id", "")) == "InferenceSession":
+                makers.append(path)
+    assert opener in makers  # the check sees sessions being made at all
+    others = sorted({p.relative_to(ROOT).as_posix() for p in makers if p != opener})
+    assert not others, f"onnxruntime sessions made outside bpuemu.host.onnxgraph.open_session: {others}"
