@@ -104,6 +104,17 @@ def test_wheel_holds_every_source_folder(wheel):
     assert not missing, f"the wheel lacks {len(missing)} source file(s), in folders {missing_dirs}"
 
 
+def test_wheel_ships_the_ocr_sample_workflow_and_photos(wheel):
+    """The package data a source-file check cannot see: the sample's scripts, yaml configs and photos."""
+    names = set(zipfile.ZipFile(wheel).namelist())
+    sample = ROOT / "host" / "samples" / "ocr"
+    data = [p for p in (sample / "mapper").iterdir() if p.suffix in (".sh", ".yaml")] + \
+        [p for p in (sample / "photos").iterdir() if p.suffix in (".jpg", ".txt")]
+    assert len(data) >= 4 + 3 + 4
+    missing = sorted(str(p.relative_to(ROOT)) for p in data if f"bpuemu/{p.relative_to(ROOT).as_posix()}" not in names)
+    assert not missing, f"the wheel lacks {missing}"
+
+
 def test_wheel_declares_the_console_scripts(wheel):
     with zipfile.ZipFile(wheel) as z:
         (ep,) = [n for n in z.namelist() if n.endswith(".dist-info/entry_points.txt")]
