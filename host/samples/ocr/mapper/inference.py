@@ -8,7 +8,7 @@
 
 The quantized model and the board take the input_type_rt data (nv12 for det, BGR for cls and rec); the
 board gets it as a file, as from ``hb_eval_preprocess``. Printed per model: what each side found, and how
-far the board's output is from the quantized model's.
+far the board's output is from the quantized model's (postprocess.py: DB boxes, direction, CTC text).
 """
 import argparse
 import json
@@ -26,7 +26,8 @@ from horizon_tc_ui.data.transformer import NV12ToYUV444Transformer
 
 from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.host.samples.daemon import console_script, start_daemon
-from bpuemu.host.samples.ocr import dataset, models, preprocess as ocr_inputs
+from bpuemu.host.samples.ocr import dataset, models, postprocess, preprocess as ocr_inputs
+from bpuemu.host.samples.ocr.metrics import match_boxes
 
 OUTPUT = "model_output"
 INFER_TIMEOUT_S = 300
@@ -80,13 +81,6 @@ def gap(board, quantized):
     return max(float(np.abs(b.astype(np.float64) - q.astype(np.float64)).max()) for b, q in zip(board, quantized))
 
 
-def ctc_text(logits, chars):
-    """Greedy CTC reading of one line's logits: class 0 is the blank, the last one the space."""
-    table = [""] + list(chars) + [" "]
-    ids = logits.reshape(-1, logits.shape[-1]).argmax(-1)
-    return "".join(table[i] for k, i in enumerate(ids) if i and (k == 0 or i != ids[k - 1]))
-
-
 def run(board, data_dir, workdir):
     floats = {name: os.path.join("model", file) for name, file in models.FILES.items()}
     for path in floats.values():
@@ -119,20 +113,17 @@ def run(board, data_dir, workdir):
             from PIL import Image
 
             with Image.open(sample) as img:
-                ry, rx = model.ratio(img.height, img.width)
+                hw = (img.height, img.width)
+
             def found(out):
-                prob = out[0].reshape(out[0].shape[-2:])
-                return sum(float(prob[int(y0 * ry):int(np.ceil(y1 * ry)), int(x0 * rx):int(np.ceil(x1 * rx))].mean())
-                           > 0.3 for x0, y0, x1, y1 in label)
-            said = {side: f"text in {found(out)}/{len(label)} labelled boxes" for side, out in sides.items()}
+                boxes = [b.xyxy for b in postprocess.det_boxes(out[0], hw, model.ratio(*hw))]
+                return f"{len(boxes)} boxes, {len(match_boxes(boxes, label))} of the {len(label)} labelled (IoU >= 0.5)"
+            said = {side: found(out) for side, out in sides.items()}
         elif name == "cls":
-            def angle(out):
-                probs = out[0].reshape(-1)
-                return f"{180 if probs[1] > probs[0] else 0} ({max(probs):.3f})"
-            said = {side: angle(out) for side, out in sides.items()}
+            said = {side: "%d (%.3f)" % postprocess.cls_direction(out[0]) for side, out in sides.items()}
             print(f"   label: {label} degrees")
         else:
-            said = {side: repr(ctc_text(out[0], chars)) for side, out in sides.items()}
+            said = {side: repr(postprocess.ctc_greedy(out[0], chars)[0]) for side, out in sides.items()}
             print(f"   label: {label!r}")
         for side, what in said.items():
             print(f"   {side:9s} {what}")
