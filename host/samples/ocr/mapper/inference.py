@@ -19,12 +19,12 @@ import sys
 import tempfile
 
 import numpy as np
-import onnxruntime as ort
 
 from horizon_tc_ui import HB_ONNXRuntime
 from horizon_tc_ui.data.transformer import NV12ToYUV444Transformer
 
 from bpuemu.common.errors import BpuEmuError, InvalidInput
+from bpuemu.host.onnxgraph import open_session
 from bpuemu.host.samples.daemon import console_script, start_daemon
 from bpuemu.host.samples.ocr import dataset, models, postprocess, preprocess as ocr_inputs
 from bpuemu.host.samples.ocr.metrics import match_boxes
@@ -73,7 +73,9 @@ def quantized_infer(path, rt, model):
 
 
 def float_infer(path, x):
-    sess = ort.InferenceSession(path, providers=["CPUExecutionProvider"])
+    """The float model as PaddleOCR runs it: stock onnxruntime."""
+    with open(path, "rb") as f:
+        sess = open_session(f.read(), board_options=False, what=path)
     return sess.run(None, {sess.get_inputs()[0].name: x})
 
 
