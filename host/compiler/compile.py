@@ -25,7 +25,7 @@ from onnx import helper
 from bpuemu.common.container import decode_bin, encode_bin
 from bpuemu.common.errors import InvalidInput, InvalidModelFile
 from bpuemu.common.proto import model_pb2
-from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, graph_inputs, open_session
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, graph_inputs, open_session, with_outputs
 
 log = logging.getLogger("bpuemu.host.makertbin")
 
@@ -61,9 +61,8 @@ def rebatch(quantized: onnx.ModelProto, batch: int) -> onnx.ModelProto:
 def with_layer_outputs(quantized: onnx.ModelProto) -> onnx.ModelProto:
     """Add a DequantizeLinear of every Conv's quantized output as a model output (layer_out_dump)."""
     m = onnx.ModelProto.FromString(quantized.SerializeToString())
-    g = m.graph
     idx = GraphIndex(m)
-    added = 0
+    added = []
     for n in idx.nodes:
         if n.op_type != "Conv":
             continue
@@ -75,11 +74,11 @@ def with_layer_outputs(quantized: onnx.ModelProto) -> onnx.ModelProto:
         for a in q.attribute:
             if a.name == "axis":
                 dq.attribute.append(a)
-        g.node.append(dq)
-        g.output.append(helper.make_empty_tensor_value_info(name))
-        added += 1
-    del g.value_info[:]
-    log.info("layer_out_dump: %d Conv output(s) added as model outputs", added)
+        m.graph.node.append(dq)
+        added.append(name)
+    m = with_outputs(m, added)
+    del m.graph.value_info[:]
+    log.info("layer_out_dump: %d Conv output(s) added as model outputs", len(added))
     return onnx.shape_inference.infer_shapes(m)
 
 
