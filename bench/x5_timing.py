@@ -1,0 +1,428 @@
+#!/usr/bin/env python3
+"""X5 timing benchmark: bpuemu's modeled X5 figures against what RDK X5 boards measure.
+
+    python bench/x5_timing.py [--set fit|check|all] [--cache DIR] [--torch-python PY]
+                              [--models NAME,...] [--no-build] [--csv OUT.csv]
+
+The published figures are bench/x5_fit.csv (what the timing model may be fitted to) and
+bench/x5_check.csv (other published X5 figures, never fitted to): RDK X5 boards running
+``hrt_model_exec perf``, as D-Robotics publishes them in the rdk_model_zoo repository
+(each row names its file and commit). For every row this script
+
+1. rebuilds the architecture with random weights and exports ONNX (bench/x5_export.py:
+   timm / torchvision / ultralytics, no pretrained weights, heads cut as the model zoo
+   deploys them, batch 1, opset 11), in a subprocess of --torch-python (default: this
+   Python; torch & co. are the ``x5bench`` extra, never a dependency of the tools);
+2. converts it with ``hb_mapper makertbin --fast-perf --model M.onnx --model-type onnx
+   --march bayes-e -i INPUT 1x3xHxW`` (fast-perf has no input-type flag: the .bin takes a
+   featuremap, where the published .bins take nv12);
+3. asks the X5 timing model for the figures ``hrt_model_exec perf`` would show: the
+   1-thread latency and the FPS at the published thread count (``modeled``: the one
+   function this script gets its figures from).
+
+Both steps are cached: ``DIR/onnx/<model>.onnx`` and ``DIR/bin/<model>/model_output/<model>.bin``
+(with the conversion's log beside it); a step is redone only when its output is missing
+or older than its input. ``DIR/STATUS.md`` lists what is exported and converted, and why
+something failed.
+
+It prints one line per model (published FPS and 1-thread latency, modeled FPS and latency,
+modeled/published), then per set: median |FPS error|, the share of models within 15 %,
+20 % and 25 %, the Spearman rank correlation of the FPS, and the same for the 1-thread
+latency; then issue 16's goals on the check set (median |FPS error| <= 10 %, >= 80 % of
+models within 20 %, Spearman >= 0.95, median |latency error| <= 15 %), each met or not.
+
+An error is modeled / published - 1. The published FPS of a row is measured with
+``threads`` threads (2 for the YOLO tables; 4 inferred for the classification tables,
+which do not say; rows without it are taken at 4).
+"""
+import argparse
+import csv
+import math
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Dict, List, Optional, Sequence, Tuple
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+SETS = {"fit": os.path.join(HERE, "x5_fit.csv"), "check": os.path.join(HERE, "x5_check.csv")}
+DEFAULT_CACHE = os.path.join(os.path.expanduser("~"), ".cache", "bpuemu", "x5_timing")
+DEFAULT_THREADS = 4
+
+#: issue 16's goals on the models not used for fitting (the check set).
+GOALS = (("median |FPS error|", "fps_median", "<=", 0.10),
+         ("models within 20% (FPS)", "fps_within20", ">=", 0.80),
+         ("Spearman rank correlation (FPS)", "fps_spearman", ">=", 0.95),
+         ("median |1-thread latency error|", "lat_median", "<=", 0.15))
+
+
+# --------------------------------------------------------------------------------------------
+# The modeled figures: the ONE place they come from.
+# --------------------------------------------------------------------------------------------
+
+def modeled(bin_path: str, threads: int) -> Tuple[float, float]:
+    """(FPS at ``threads`` threads, 1-thread latency in ms) the X5 would show for ``bin_path``.
+
+    Today: hb_perf's static estimate (bpuemu.host.tools.static_perf), which has one frame in
+    flight on one core, so its FPS is 1 / latency at any thread count.
+    """
+    from bpuemu.common.container import read_bin
+    from bpuemu.host.tools.static_perf import estimate_model
+
+    binfile = read_bin(bin_path)
+    est = estimate_model(binfile.model(), binfile.blobs)
+    return (est.fps or math.inf), est.latency_ms
+
+
+# --------------------------------------------------------------------------------------------
+# Published rows
+# --------------------------------------------------------------------------------------------
+
+@dataclass
+class Row:
+    set: str
+    model: str
+    family: str
+    input_hw: Tuple[int, int]
+    latency_ms: Optional[float]      # published 1-thread latency
+    fps: Optional[float]             # published FPS at `threads`
+    threads: int
+    threads_note: str                # "", "inferred" or "assumed"
+    source: str                      # architecture_source
+    source_path: str
+    modeled_fps: Optional[float] = None
+    modeled_latency_ms: Optional[float] = None
+    status: str = ""
+
+    @property
+    def fps_ratio(self) -> Optional[float]:
+        return self.modeled_fps / self.fps if self.modeled_fps and self.fps else None
+
+    @property
+    def lat_ratio(self) -> Optional[float]:
+        return self.modeled_latency_ms / self.latency_ms if self.modeled_latency_ms and self.latency_ms else None
+
+
+def _num(text: str) -> Optional[float]:
+    text = (text or "").strip().rstrip("+")
+    return float(text) if text else None
+
+
+def read_rows(set_name: str, path: str) -> List[Row]:
+    rows = []
+    with open(path, newline="") as f:
+        for r in csv.DictReader(f):
+            h, w = (int(v) for v in r["input_hw"].lower().split("x"))
+            threads_text = r["threads"].strip()
+            if not threads_text:
+                threads, note = DEFAULT_THREADS, "assumed"
+            else:
+                threads = int(threads_text.split("(")[0])
+                note = "inferred" if "inferred" in threads_text else ""
+            rows.append(Row(set_name, r["model"], r["family"], (h, w), _num(r["x5_latency_1thread_ms"]),
+                            _num(r["x5_fps"]), threads, note, r["architecture_source"], r["source_path"]))
+    return rows
+
+
+# --------------------------------------------------------------------------------------------
+# The cache: export, convert
+# --------------------------------------------------------------------------------------------
+
+class Cache:
+    def __init__(self, root: str):
+        self.root = os.path.abspath(root)
+
+    def onnx(self, model: str) -> str:
+        return os.path.join(self.root, "onnx", f"{model}.onnx")
+
+    def bin_dir(self, model: str) -> str:
+        return os.path.join(self.root, "bin", model)
+
+    def bin(self, model: str) -> str:
+        return os.path.join(self.bin_dir(model), "model_output", f"{model}.bin")
+
+    def export_log(self) -> str:
+        return os.path.join(self.root, "logs", "export.log")
+
+
+def _fresh(output: str, source: str) -> bool:
+    return os.path.exists(output) and (not os.path.exists(source) or os.path.getmtime(output) >= os.path.getmtime(source))
+
+
+def export_missing(rows: Sequence[Row], cache: Cache, torch_python: str) -> Dict[str, str]:
+    """Export the rows whose ONNX is not cached, in one subprocess; model -> error line."""
+    todo = [r for r in rows if not os.path.exists(cache.onnx(r.model))]
+    if not todo:
+        return {}
+    cmd = [torch_python, os.path.join(HERE, "x5_export.py")]
+    for r in todo:
+        cmd += ["--model", r.source, f"{r.input_hw[0]}x{r.input_hw[1]}", cache.onnx(r.model)]
+    os.makedirs(os.path.dirname(cache.export_log()), exist_ok=True)
+    print(f"exporting {len(todo)} model(s) with {torch_python} ...", flush=True)
+    with open(cache.export_log(), "a") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%d %H:%M:%S')} {' '.join(cmd)}\n")
+        log.flush()
+        proc = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        log.write(proc.stdout)
+    errors = {}
+    for r in todo:
+        if not os.path.exists(cache.onnx(r.model)):
+            lines = [ln for ln in proc.stdout.splitlines() if ln.startswith(f"ERROR export {r.source} ")]
+            errors[r.model] = lines[-1] if lines else (proc.stdout.strip().splitlines() or ["export failed"])[-1]
+    return errors
+
+
+def onnx_input(path: str) -> Tuple[str, List[int]]:
+    import onnx
+
+    graph = onnx.load(path, load_external_data=False).graph
+    inits = {i.name for i in graph.initializer}
+    inp = next(i for i in graph.input if i.name not in inits)
+    return inp.name, [d.dim_value for d in inp.type.tensor_type.shape.dim]
+
+
+def hb_mapper() -> str:
+    exe = os.path.join(os.path.dirname(sys.executable), "hb_mapper")
+    return exe if os.path.exists(exe) else "hb_mapper"
+
+
+def convert(row: Row, cache: Cache, timeout_s: float = 1800) -> Optional[str]:
+    """makertbin --fast-perf into DIR/bin/<model>/ unless cached; the error line or None."""
+    onnx_path, bin_path = cache.onnx(row.model), cache.bin(row.model)
+    if _fresh(bin_path, onnx_path):
+        return None
+    name, _ = onnx_input(onnx_path)
+    h, w = row.input_hw
+    cmd = [hb_mapper(), "makertbin", "--fast-perf", "--model", onnx_path, "--model-type", "onnx",
+           "--march", "bayes-e", "-i", name, f"1x3x{h}x{w}"]
+    os.makedirs(cache.bin_dir(row.model), exist_ok=True)
+    print(f"converting {row.model} ...", flush=True)
+    t0 = time.time()
+    try:
+        proc = subprocess.run(cmd, cwd=cache.bin_dir(row.model), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        return f"makertbin did not finish within {timeout_s:.0f} s"
+    with open(os.path.join(cache.bin_dir(row.model), "makertbin.out"), "w") as f:
+        f.write(" ".join(cmd) + "\n" + proc.stdout)
+    if proc.returncode != 0 or not os.path.exists(bin_path):
+        errs = [ln for ln in proc.stdout.splitlines() if "ERROR" in ln]
+        return (errs or proc.stdout.strip().splitlines() or [f"exit {proc.returncode}"])[-1].strip()
+    print(f"converted {row.model} in {time.time() - t0:.0f} s", flush=True)
+    return None
+
+
+def write_status(cache: Cache, rows: Sequence[Row]) -> None:
+    """DIR/STATUS.md: per model, whether its ONNX and .bin are cached, and why a step failed."""
+    lines = ["# X5 timing benchmark cache", "",
+             f"Written by bench/x5_timing.py at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. Layout: `onnx/<model>.onnx` "
+             "(bench/x5_export.py), `bin/<model>/model_output/<model>.bin` (`hb_mapper makertbin --fast-perf`, "
+             "featuremap input; its output in `bin/<model>/makertbin.out`).", "",
+             "| set | model | architecture_source | input | onnx | bin | status |", "|---|---|---|---|---|---|---|"]
+    for r in rows:
+        has_onnx = "yes" if os.path.exists(cache.onnx(r.model)) else "no"
+        has_bin = "yes" if os.path.exists(cache.bin(r.model)) else "no"
+        status = r.status.replace("|", "/") or ("ok" if has_bin == "yes" else "not built yet")
+        lines.append(f"| {r.set} | {r.model} | `{r.source}` | {r.input_hw[0]}x{r.input_hw[1]} | {has_onnx} | {has_bin} "
+                     f"| {status} |")
+    os.makedirs(cache.root, exist_ok=True)
+    tmp = os.path.join(cache.root, ".STATUS.md.tmp")
+    with open(tmp, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    os.replace(tmp, os.path.join(cache.root, "STATUS.md"))
+
+
+# --------------------------------------------------------------------------------------------
+# Statistics
+# --------------------------------------------------------------------------------------------
+
+def _ranks(values: Sequence[float]) -> List[float]:
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    ranks = [0.0] * len(values)
+    i = 0
+    while i < len(order):
+        j = i
+        while j + 1 < len(order) and values[order[j + 1]] == values[order[i]]:
+            j += 1
+        for k in range(i, j + 1):
+            ranks[order[k]] = (i + j) / 2 + 1
+        i = j + 1
+    return ranks
+
+
+def spearman(a: Sequence[float], b: Sequence[float]) -> Optional[float]:
+    """Spearman's rank correlation (Pearson on average ranks); None below 3 pairs."""
+    if len(a) < 3:
+        return None
+    ra, rb = _ranks(a), _ranks(b)
+    ma, mb = statistics.fmean(ra), statistics.fmean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    var = math.sqrt(sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb))
+    return cov / var if var else None
+
+
+@dataclass
+class Stats:
+    n: int = 0
+    median: Optional[float] = None
+    within: Dict[int, float] = field(default_factory=dict)
+    spearman: Optional[float] = None
+
+
+def error_stats(published: Sequence[float], modeled_: Sequence[float]) -> Stats:
+    errs = [abs(m / p - 1) for p, m in zip(published, modeled_)]
+    if not errs:
+        return Stats()
+    return Stats(len(errs), statistics.median(errs), {b: sum(e <= b / 100 for e in errs) / len(errs) for b in (15, 20, 25)},
+                 spearman(published, modeled_))
+
+
+def set_stats(rows: Sequence[Row]) -> Dict[str, Stats]:
+    fps = [(r.fps, r.modeled_fps) for r in rows if r.fps and r.modeled_fps]
+    lat = [(r.latency_ms, r.modeled_latency_ms) for r in rows if r.latency_ms and r.modeled_latency_ms]
+    return {"fps": error_stats([p for p, _ in fps], [m for _, m in fps]),
+            "lat": error_stats([p for p, _ in lat], [m for _, m in lat])}
+
+
+# --------------------------------------------------------------------------------------------
+# Report
+# --------------------------------------------------------------------------------------------
+
+def _f(v: Optional[float], fmt: str = ".1f") -> str:
+    return "-" if v is None else format(v, fmt)
+
+
+def print_table(rows: Sequence[Row]) -> None:
+    head = (f"{'set':<5} {'model':<22} {'input':>7} {'thr':>4} {'pub FPS':>8} {'mod FPS':>8} {'FPS x':>6}  "
+            f"{'pub ms':>7} {'mod ms':>7} {'lat x':>6}  status")
+    print(head)
+    print("-" * len(head))
+    for r in rows:
+        thr = f"{r.threads}{'?' if r.threads_note else ''}"
+        print(f"{r.set:<5} {r.model:<22} {r.input_hw[0]:>3}x{r.input_hw[1]:<3} {thr:>4} {_f(r.fps):>8} "
+              f"{_f(r.modeled_fps):>8} {_f(r.fps_ratio, '.2f'):>6}  {_f(r.latency_ms, '.2f'):>7} "
+              f"{_f(r.modeled_latency_ms, '.2f'):>7} {_f(r.lat_ratio, '.2f'):>6}  {r.status or 'ok'}")
+    print("(x: modeled / published; thr: the published FPS's thread count, ? = inferred or assumed)")
+
+
+def _pct(v: Optional[float]) -> str:
+    return "-" if v is None else f"{100 * v:.0f}%"
+
+
+def print_summary(name: str, rows: Sequence[Row]) -> Dict[str, Stats]:
+    st = set_stats(rows)
+    modeled_n = sum(1 for r in rows if r.modeled_fps)
+    print(f"\n{name} set: {modeled_n} of {len(rows)} models modeled")
+    for key, label in (("fps", "FPS"), ("lat", "1-thread latency")):
+        s = st[key]
+        if not s.n:
+            print(f"  {label:<17} no figures")
+            continue
+        within = ", ".join(f"{_pct(s.within[b])} ({round(s.within[b] * s.n)}/{s.n}) within {b}%" for b in (15, 20, 25))
+        print(f"  {label:<17} median |error| {_pct(s.median)}; {within}; Spearman {_f(s.spearman, '.3f')}")
+    return st
+
+
+def print_goals(st: Dict[str, Stats]) -> None:
+    values = {"fps_median": st["fps"].median, "fps_within20": st["fps"].within.get(20), "fps_spearman": st["fps"].spearman,
+              "lat_median": st["lat"].median}
+    print("\nissue 16 goals (check set, models not used for fitting):")
+    for label, key, op, target in GOALS:
+        v = values[key]
+        met = v is not None and (v <= target if op == "<=" else v >= target)
+        shown = _f(v, ".3f") if key == "fps_spearman" else _pct(v)
+        want = f"{target:.2f}" if key == "fps_spearman" else f"{100 * target:.0f}%"
+        print(f"  {label:<34} {shown:>6}  goal {op} {want:<5}  {'met' if met else 'NOT met'}")
+
+
+def write_csv(path: str, rows: Sequence[Row]) -> None:
+    with open(path, "w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(["set", "model", "input_hw", "threads", "published_fps", "modeled_fps", "fps_ratio",
+                    "published_latency_ms", "modeled_latency_ms", "latency_ratio", "status"])
+        for r in rows:
+            w.writerow([r.set, r.model, f"{r.input_hw[0]}x{r.input_hw[1]}", r.threads, r.fps, r.modeled_fps, r.fps_ratio,
+                        r.latency_ms, r.modeled_latency_ms, r.lat_ratio, r.status or "ok"])
+
+
+# --------------------------------------------------------------------------------------------
+
+def _torch_python_default() -> str:
+    try:
+        import torch  # noqa: F401
+        return sys.executable
+    except ImportError:
+        return ""
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--set", choices=["fit", "check", "all"], default="all")
+    p.add_argument("--cache", default=os.environ.get("BPUEMU_X5_CACHE", DEFAULT_CACHE),
+                   help=f"ONNX / .bin cache (default $BPUEMU_X5_CACHE or {DEFAULT_CACHE})")
+    p.add_argument("--torch-python", default="", help="a Python with torch, timm, torchvision, ultralytics for the "
+                   "exports (default: this one, if it has torch)")
+    p.add_argument("--models", default="", help="only these models (comma-separated names of the csv)")
+    p.add_argument("--no-build", action="store_true", help="use only what is cached: export and convert nothing")
+    p.add_argument("--csv", default="", help="also write the per-model table to this csv")
+    a = p.parse_args(argv)
+
+    cache = Cache(a.cache)
+    names = {n.strip() for n in a.models.split(",") if n.strip()}
+    all_rows = [r for s in ("fit", "check") for r in read_rows(s, SETS[s])]
+    rows = [r for r in all_rows if (a.set == "all" or r.set == a.set) and (not names or r.model in names)]
+    unknown = names - {r.model for r in all_rows}
+    if unknown:
+        print(f"ERROR no such model in the csv files: {', '.join(sorted(unknown))}", file=sys.stderr)
+        return 2
+    if not a.no_build:
+        torch_python = a.torch_python or _torch_python_default()
+        missing = [r for r in rows if not os.path.exists(cache.onnx(r.model))]
+        if missing and not torch_python:
+            print("ERROR exporting needs torch: install the x5bench extra (pip install -e .[x5bench]) or give "
+                  "--torch-python PY", file=sys.stderr)
+            return 2
+        for model, err in export_missing(rows, cache, torch_python).items():
+            next(r for r in rows if r.model == model).status = err
+    for r in rows:
+        if r.status:
+            continue
+        if not os.path.exists(cache.onnx(r.model)):
+            r.status = "no ONNX (--no-build)"
+            continue
+        if not a.no_build:
+            err = convert(r, cache)
+            if err:
+                r.status = f"makertbin: {err}"
+                write_status(cache, all_rows)
+                continue
+        if not os.path.exists(cache.bin(r.model)):
+            r.status = "no .bin (--no-build)"
+            continue
+        try:
+            r.modeled_fps, r.modeled_latency_ms = modeled(cache.bin(r.model), r.threads)
+        except Exception as e:  # one model's failure is a status line, not the end of the run
+            r.status = f"model: {type(e).__name__}: {e}"
+        if not a.no_build:
+            write_status(cache, all_rows)
+
+    if not a.no_build:
+        write_status(cache, all_rows)
+    print()
+    print_table(rows)
+    stats = {}
+    for s in ("fit", "check"):
+        sub = [r for r in rows if r.set == s]
+        if sub:
+            stats[s] = print_summary(s, sub)
+    if "check" in stats:
+        print_goals(stats["check"])
+    if a.csv:
+        write_csv(a.csv, rows)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
