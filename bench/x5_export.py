@@ -48,8 +48,12 @@ def parse_source(source):
 
 def build_timm(name, kwargs):
     import timm
+    from timm.layers import set_fused_attn
     from timm.utils.model import reparameterize_model
 
+    # torch's fused scaled_dot_product_attention has no ONNX form below opset 14: export the
+    # explicit softmax(q k^T) v instead (FastViT-SA, ...).
+    set_fused_attn(False)
     model = timm.create_model(name, pretrained=False, **kwargs).eval()
     return reparameterize_model(model), "input"
 
@@ -186,7 +190,9 @@ def main(argv=None):
         try:
             export(source, h, w, out, a.opset)
         except Exception as e:  # one line per model for the caller's status table, never a traceback
-            print(f"ERROR export {source} {hw}: {type(e).__name__}: {e}", file=sys.stderr, flush=True)
+            # torch's export errors carry the whole graph: keep the last line (the reason)
+            reason = ([ln for ln in str(e).splitlines() if ln.strip()] or [""])[-1][:300]
+            print(f"ERROR export {source} {hw}: {type(e).__name__}: {reason}", file=sys.stderr, flush=True)
             failed += 1
             continue
         print(f"exported {out}", flush=True)

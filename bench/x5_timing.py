@@ -20,8 +20,8 @@ bench/x5_check.csv (other published X5 figures, never fitted to): RDK X5 boards 
    1-thread latency and the FPS at the published thread count (``modeled``: the one
    function this script gets its figures from).
 
-Both steps are cached: ``DIR/onnx/<model>.onnx`` and ``DIR/bin/<model>/model_output/<model>.bin``
-(with the conversion's log beside it); a step is redone only when its output is missing
+Both steps are cached: ``DIR/onnx/<model>.onnx`` and ``DIR/bin/<model>/<model>.bin``
+(with makertbin's output beside it, ``makertbin.log``); a step is redone only when its output is missing
 or older than its input. ``DIR/STATUS.md`` lists what is exported and converted, and why
 something failed.
 
@@ -42,6 +42,7 @@ import os
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass, field
 from typing import Dict, List, Optional, Sequence, Tuple
@@ -62,18 +63,38 @@ GOALS = (("median |FPS error|", "fps_median", "<=", 0.10),
 # The modeled figures: the ONE place they come from.
 # --------------------------------------------------------------------------------------------
 
-def modeled(bin_path: str, threads: int) -> Tuple[float, float]:
+def modeled(bin_path: str, threads: int, estimator: str = "timing") -> Tuple[float, float]:
     """(FPS at ``threads`` threads, 1-thread latency in ms) the X5 would show for ``bin_path``.
 
-    Today: hb_perf's static estimate (bpuemu.host.tools.static_perf), which has one frame in
-    flight on one core, so its FPS is 1 / latency at any thread count.
+    ``timing``: the X5 timing model (``bpuemu.host.tools.static_perf.modeled_perf``, what
+    ``hrt_model_exec perf``'s X5 section prints). ``static``: hb_perf's static estimate as it was
+    before the timing model (one frame in flight on one core: FPS = 1 / latency at any thread
+    count), the "before" figure of issue 16.
     """
     from bpuemu.common.container import read_bin
+
+    if estimator == "timing":
+        from bpuemu.host.tools.static_perf import modeled_perf
+
+        d = modeled_perf(bin_path, threads)
+        return d["fps"], d["latency_1thread_ms"]
     from bpuemu.host.tools.static_perf import estimate_model
 
     binfile = read_bin(bin_path)
     est = estimate_model(binfile.model(), binfile.blobs)
     return (est.fps or math.inf), est.latency_ms
+
+
+ESTIMATORS = {"timing": "the X5 timing model (static_perf.modeled_perf)",
+              "static": "hb_perf's static estimate (static_perf.estimate_model, FPS = 1 / latency)"}
+
+
+def timing_model_available() -> bool:
+    try:
+        from bpuemu.host.tools.static_perf import modeled_perf  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 # --------------------------------------------------------------------------------------------
@@ -130,18 +151,23 @@ def read_rows(set_name: str, path: str) -> List[Row]:
 # The cache: export, convert
 # --------------------------------------------------------------------------------------------
 
-class Cache:
-    def __init__(self, root: str):
-        self.root = os.path.abspath(root)
+#: Where each input type's .bins are cached.
+BIN_DIRS = {"featuremap": "bin", "nv12": "bin_nv12"}
 
+
+class Cache:
     def onnx(self, model: str) -> str:
         return os.path.join(self.root, "onnx", f"{model}.onnx")
 
+    def __init__(self, root: str, input_type: str = "featuremap"):
+        self.root = os.path.abspath(root)
+        self.input_type = input_type
+
     def bin_dir(self, model: str) -> str:
-        return os.path.join(self.root, "bin", model)
+        return os.path.join(self.root, BIN_DIRS[self.input_type], model)
 
     def bin(self, model: str) -> str:
-        return os.path.join(self.bin_dir(model), "model_output", f"{model}.bin")
+        return os.path.join(self.bin_dir(model), f"{model}.bin")
 
     def export_log(self) -> str:
         return os.path.join(self.root, "logs", "export.log")
@@ -188,45 +214,141 @@ def hb_mapper() -> str:
     return exe if os.path.exists(exe) else "hb_mapper"
 
 
+def nv12_config(onnx_path: str, model: str, input_name: str, hw: Tuple[int, int]) -> str:
+    """The yaml of --fast-perf's built-in settings with an nv12 runtime input (rgb NCHW in training,
+    no normalisation), as the published .bins take: fast-perf itself has no input-type flag."""
+    from bpuemu.host.mapper.makertbin import FAST_PERF_REMOVED_TYPES
+
+    return "\n".join([
+        "model_parameters:",
+        f"  onnx_model: '{onnx_path}'",
+        "  march: bayes-e",
+        f"  output_model_file_prefix: '{model}'",
+        "  working_dir: model_output",
+        f"  remove_node_type: '{';'.join(FAST_PERF_REMOVED_TYPES)}'",
+        "input_parameters:",
+        f"  input_name: '{input_name}'",
+        f"  input_shape: 1x3x{hw[0]}x{hw[1]}",
+        "  input_type_train: rgb",
+        "  input_layout_train: NCHW",
+        "  input_type_rt: nv12",
+        "  norm_type: no_preprocess",
+        "calibration_parameters:",
+        "  calibration_type: skip",
+        "  optimization: set_Softmax_input_int8",
+        "compiler_parameters:",
+        "  compile_mode: latency",
+        "  optimize_level: O3",
+        ""])
+
+
 def convert(row: Row, cache: Cache, timeout_s: float = 1800) -> Optional[str]:
-    """makertbin --fast-perf into DIR/bin/<model>/ unless cached; the error line or None."""
+    """makertbin into DIR/bin*/<model>/ unless cached (--fast-perf; nv12: its settings in a yaml);
+    the error line or None."""
     onnx_path, bin_path = cache.onnx(row.model), cache.bin(row.model)
     if _fresh(bin_path, onnx_path):
         return None
     name, _ = onnx_input(onnx_path)
     h, w = row.input_hw
-    cmd = [hb_mapper(), "makertbin", "--fast-perf", "--model", onnx_path, "--model-type", "onnx",
-           "--march", "bayes-e", "-i", name, f"1x3x{h}x{w}"]
+    if cache.input_type == "featuremap":
+        cmd = [hb_mapper(), "makertbin", "--fast-perf", "--model", onnx_path, "--model-type", "onnx",
+               "--march", "bayes-e", "-i", name, f"1x3x{h}x{w}"]
+    else:
+        cmd = [hb_mapper(), "makertbin", "--config", "config.yaml", "--model-type", "onnx"]
     os.makedirs(cache.bin_dir(row.model), exist_ok=True)
     print(f"converting {row.model} ...", flush=True)
     t0 = time.time()
-    try:
-        proc = subprocess.run(cmd, cwd=cache.bin_dir(row.model), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, timeout=timeout_s)
-    except subprocess.TimeoutExpired:
-        return f"makertbin did not finish within {timeout_s:.0f} s"
-    with open(os.path.join(cache.bin_dir(row.model), "makertbin.out"), "w") as f:
-        f.write(" ".join(cmd) + "\n" + proc.stdout)
-    if proc.returncode != 0 or not os.path.exists(bin_path):
-        errs = [ln for ln in proc.stdout.splitlines() if "ERROR" in ln]
-        return (errs or proc.stdout.strip().splitlines() or [f"exit {proc.returncode}"])[-1].strip()
+    # makertbin writes model_output/ (the .bin and four large ONNX stages) where it runs: run it
+    # aside and keep only the .bin and its output.
+    os.makedirs(os.path.join(cache.root, "tmp"), exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix=f"{row.model}.", dir=os.path.join(cache.root, "tmp")) as work:
+        if cache.input_type == "nv12":
+            with open(os.path.join(work, "config.yaml"), "w") as f:
+                f.write(nv12_config(onnx_path, row.model, name, row.input_hw))
+        try:
+            proc = subprocess.run(cmd, cwd=work, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                  timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return f"makertbin did not finish within {timeout_s:.0f} s"
+        with open(os.path.join(cache.bin_dir(row.model), "makertbin.log"), "w") as f:
+            f.write(" ".join(cmd) + "\n")
+            if cache.input_type == "nv12":
+                f.write(nv12_config(onnx_path, row.model, name, row.input_hw))
+            f.write(proc.stdout)
+        made = os.path.join(work, "model_output", f"{row.model}.bin")
+        if proc.returncode != 0 or not os.path.exists(made):
+            errs = [ln for ln in proc.stdout.splitlines() if "ERROR" in ln]
+            return (errs or proc.stdout.strip().splitlines() or [f"exit {proc.returncode}"])[-1].strip()
+        os.replace(made, bin_path)
     print(f"converted {row.model} in {time.time() - t0:.0f} s", flush=True)
     return None
 
 
+def write_zeroed(onnx_path: str, out_gz: str) -> Tuple[int, int]:
+    """``onnx_path`` with every float initializer of more than 16 values zeroed, gzip-compressed
+    (deterministic: no timestamp) to ``out_gz``: the graph the timing model reads, in a few tens of
+    KB. Small float constants (Resize scales, ...) and integer ones (shapes) are kept. Returns
+    (ONNX bytes, gzip bytes)."""
+    import gzip
+
+    import numpy as np
+    import onnx
+    from onnx import numpy_helper
+
+    model = onnx.load(onnx_path)
+    for init in model.graph.initializer:
+        a = numpy_helper.to_array(init)
+        if a.dtype.kind == "f" and a.size > 16:
+            init.CopyFrom(numpy_helper.from_array(np.zeros_like(a), init.name))
+    data = model.SerializeToString()
+    with open(out_gz, "wb") as raw, gzip.GzipFile(filename="", mode="wb", fileobj=raw, compresslevel=9, mtime=0) as f:
+        f.write(data)
+    return len(data), os.path.getsize(out_gz)
+
+
+def _failed_file(path: str) -> str:
+    return path + ".FAILED"
+
+
+def record(path: str, error: Optional[str]) -> None:
+    """Keep ``error`` beside the output ``path`` it prevented (``path``.FAILED), or clear it."""
+    failed = _failed_file(path)
+    if error:
+        os.makedirs(os.path.dirname(failed), exist_ok=True)
+        with open(failed, "w") as f:
+            f.write(error.strip() + "\n")
+    elif os.path.exists(failed):
+        os.remove(failed)
+
+
+def _state(path: str) -> str:
+    if os.path.exists(path):
+        return "yes"
+    failed = _failed_file(path)
+    if os.path.exists(failed):
+        with open(failed) as f:
+            return "FAILED: " + f.read().strip().replace("|", "/")
+    return "not yet"
+
+
 def write_status(cache: Cache, rows: Sequence[Row]) -> None:
-    """DIR/STATUS.md: per model, whether its ONNX and .bin are cached, and why a step failed."""
+    """DIR/STATUS.md: per model, whether its ONNX and each input type's .bin are cached, or why not."""
     lines = ["# X5 timing benchmark cache", "",
-             f"Written by bench/x5_timing.py at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}. Layout: `onnx/<model>.onnx` "
-             "(bench/x5_export.py), `bin/<model>/model_output/<model>.bin` (`hb_mapper makertbin --fast-perf`, "
-             "featuremap input; its output in `bin/<model>/makertbin.out`).", "",
-             "| set | model | architecture_source | input | onnx | bin | status |", "|---|---|---|---|---|---|---|"]
+             f"Written by bench/x5_timing.py at {time.strftime('%Y-%m-%d %H:%M:%S %Z')}.", "",
+             "- `onnx/<model>.onnx`: bench/x5_export.py (random weights, opset 11, batch 1; ultralytics heads cut "
+             "as the model zoo deploys them).",
+             "- `bin/<model>/<model>.bin`: `hb_mapper makertbin --fast-perf --model onnx/<model>.onnx --model-type onnx "
+             "--march bayes-e -i <input> 1x3xHxW` (featuremap input).",
+             "- `bin_nv12/<model>/<model>.bin`: the same built-in fast-perf settings in a yaml, with "
+             "`input_type_rt: nv12` (rgb NCHW in training, no_preprocess) as the published .bins take.",
+             "- beside each .bin, `makertbin.log` (the command, the yaml for nv12, makertbin's output); a failed step "
+             "leaves `<output>.FAILED` with its error line.", "",
+             "| set | model | architecture_source | input | onnx | bin (featuremap) | bin_nv12 |",
+             "|---|---|---|---|---|---|---|"]
     for r in rows:
-        has_onnx = "yes" if os.path.exists(cache.onnx(r.model)) else "no"
-        has_bin = "yes" if os.path.exists(cache.bin(r.model)) else "no"
-        status = r.status.replace("|", "/") or ("ok" if has_bin == "yes" else "not built yet")
-        lines.append(f"| {r.set} | {r.model} | `{r.source}` | {r.input_hw[0]}x{r.input_hw[1]} | {has_onnx} | {has_bin} "
-                     f"| {status} |")
+        bins = [_state(Cache(cache.root, t).bin(r.model)) for t in ("featuremap", "nv12")]
+        lines.append(f"| {r.set} | {r.model} | `{r.source}` | {r.input_hw[0]}x{r.input_hw[1]} "
+                     f"| {_state(cache.onnx(r.model))} | {bins[0]} | {bins[1]} |")
     os.makedirs(cache.root, exist_ok=True)
     tmp = os.path.join(cache.root, ".STATUS.md.tmp")
     with open(tmp, "w") as f:
@@ -322,6 +444,14 @@ def print_summary(name: str, rows: Sequence[Row]) -> Dict[str, Stats]:
             continue
         within = ", ".join(f"{_pct(s.within[b])} ({round(s.within[b] * s.n)}/{s.n}) within {b}%" for b in (15, 20, 25))
         print(f"  {label:<17} median |error| {_pct(s.median)}; {within}; Spearman {_f(s.spearman, '.3f')}")
+    families = sorted({r.family for r in rows})
+    by_family = []
+    for fam in families:
+        ratios = [r.fps_ratio for r in rows if r.family == fam and r.fps_ratio]
+        if ratios:
+            by_family.append(f"{fam} {statistics.median(ratios):.2f} ({len(ratios)})")
+    if by_family:
+        print(f"  median FPS ratio by family: {'; '.join(by_family)}")
     return st
 
 
@@ -367,9 +497,23 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="", help="only these models (comma-separated names of the csv)")
     p.add_argument("--no-build", action="store_true", help="use only what is cached: export and convert nothing")
     p.add_argument("--csv", default="", help="also write the per-model table to this csv")
+    p.add_argument("--input-type", choices=sorted(BIN_DIRS), default="nv12",
+                   help="the converted models' runtime input: nv12 (default, as the published .bins: --fast-perf's "
+                        "settings in a yaml, DIR/bin_nv12/) or featuremap (hb_mapper makertbin --fast-perf as typed, "
+                        "DIR/bin/)")
+    p.add_argument("--write-ci-graphs", default="", metavar="DIR",
+                   help="write the --models' cached ONNX with zeroed weights as DIR/<model>.onnx.gz (the CI band "
+                        "test's graphs, tests/data/x5) and stop")
+    p.add_argument("--estimator", choices=["timing", "static"], default="",
+                   help="timing: the X5 timing model (default when bpuemu has it); static: hb_perf's static "
+                        "estimate as before the timing model (FPS = 1 / latency)")
     a = p.parse_args(argv)
+    estimator = a.estimator or ("timing" if timing_model_available() else "static")
+    if estimator == "timing" and not timing_model_available():
+        print("ERROR --estimator timing: this bpuemu has no X5 timing model (static_perf.modeled_perf)", file=sys.stderr)
+        return 2
 
-    cache = Cache(a.cache)
+    cache = Cache(a.cache, a.input_type)
     names = {n.strip() for n in a.models.split(",") if n.strip()}
     all_rows = [r for s in ("fit", "check") for r in read_rows(s, SETS[s])]
     rows = [r for r in all_rows if (a.set == "all" or r.set == a.set) and (not names or r.model in names)]
@@ -377,6 +521,19 @@ def main(argv=None) -> int:
     if unknown:
         print(f"ERROR no such model in the csv files: {', '.join(sorted(unknown))}", file=sys.stderr)
         return 2
+    if a.write_ci_graphs:
+        if not names:
+            print("ERROR --write-ci-graphs needs --models", file=sys.stderr)
+            return 2
+        os.makedirs(a.write_ci_graphs, exist_ok=True)
+        for r in rows:
+            if not os.path.exists(cache.onnx(r.model)):
+                print(f"ERROR {r.model}: no cached ONNX ({cache.onnx(r.model)}); run without --write-ci-graphs first",
+                      file=sys.stderr)
+                return 2
+            raw, packed = write_zeroed(cache.onnx(r.model), os.path.join(a.write_ci_graphs, f"{r.model}.onnx.gz"))
+            print(f"{r.model}: {raw} bytes -> {packed} bytes gzip")
+        return 0
     if not a.no_build:
         torch_python = a.torch_python or _torch_python_default()
         missing = [r for r in rows if not os.path.exists(cache.onnx(r.model))]
@@ -384,8 +541,11 @@ def main(argv=None) -> int:
             print("ERROR exporting needs torch: install the x5bench extra (pip install -e .[x5bench]) or give "
                   "--torch-python PY", file=sys.stderr)
             return 2
-        for model, err in export_missing(rows, cache, torch_python).items():
-            next(r for r in rows if r.model == model).status = err
+        errors = export_missing(rows, cache, torch_python)
+        for r in rows:
+            record(cache.onnx(r.model), errors.get(r.model))
+            if r.model in errors:
+                r.status = errors[r.model]
     for r in rows:
         if r.status:
             continue
@@ -394,6 +554,7 @@ def main(argv=None) -> int:
             continue
         if not a.no_build:
             err = convert(r, cache)
+            record(cache.bin(r.model), err)
             if err:
                 r.status = f"makertbin: {err}"
                 write_status(cache, all_rows)
@@ -402,7 +563,7 @@ def main(argv=None) -> int:
             r.status = "no .bin (--no-build)"
             continue
         try:
-            r.modeled_fps, r.modeled_latency_ms = modeled(cache.bin(r.model), r.threads)
+            r.modeled_fps, r.modeled_latency_ms = modeled(cache.bin(r.model), r.threads, estimator)
         except Exception as e:  # one model's failure is a status line, not the end of the run
             r.status = f"model: {type(e).__name__}: {e}"
         if not a.no_build:
@@ -410,7 +571,7 @@ def main(argv=None) -> int:
 
     if not a.no_build:
         write_status(cache, all_rows)
-    print()
+    print(f"\nmodeled by: {ESTIMATORS[estimator]}; {a.input_type} input; cache {cache.root}")
     print_table(rows)
     stats = {}
     for s in ("fit", "check"):
