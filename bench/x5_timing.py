@@ -66,35 +66,21 @@ GOALS = (("median |FPS error|", "fps_median", "<=", 0.10),
 def modeled(bin_path: str, threads: int, estimator: str = "timing") -> Tuple[float, float]:
     """(FPS at ``threads`` threads, 1-thread latency in ms) the X5 would show for ``bin_path``.
 
-    ``timing``: the X5 timing model (``bpuemu.host.tools.static_perf.modeled_perf``, what
-    ``hrt_model_exec perf``'s X5 section prints). ``static``: hb_perf's static estimate as it was
-    before the timing model (one frame in flight on one core: FPS = 1 / latency at any thread
-    count), the "before" figure of issue 16.
+    ``timing``: the X5 timing model as ``hrt_model_exec perf``'s X5 block shows it
+    (``bpuemu.host.tools.static_perf.modeled_perf``: BPU and CPU steps, several threads sharing
+    the one BPU). ``line``: makertbin's estimate line from the same model (BPU subgraphs only,
+    one frame in flight: FPS = 1 / latency at any thread count), as the real compiler's line.
     """
-    from bpuemu.common.container import read_bin
+    from bpuemu.host.tools.static_perf import modeled_perf
 
-    if estimator == "timing":
-        from bpuemu.host.tools.static_perf import modeled_perf
-
-        d = modeled_perf(bin_path, threads)
-        return d["fps"], d["latency_1thread_ms"]
-    from bpuemu.host.tools.static_perf import estimate_model
-
-    binfile = read_bin(bin_path)
-    est = estimate_model(binfile.model(), binfile.blobs)
-    return (est.fps or math.inf), est.latency_ms
+    d = modeled_perf(bin_path, threads)
+    if estimator == "line":
+        return d["estimate_fps"] or math.inf, d["estimate_latency_us"] / 1e3
+    return d["fps"], d["latency_1thread_ms"]
 
 
-ESTIMATORS = {"timing": "the X5 timing model (static_perf.modeled_perf)",
-              "static": "hb_perf's static estimate (static_perf.estimate_model, FPS = 1 / latency)"}
-
-
-def timing_model_available() -> bool:
-    try:
-        from bpuemu.host.tools.static_perf import modeled_perf  # noqa: F401
-    except ImportError:
-        return False
-    return True
+ESTIMATORS = {"timing": "the X5 timing model as hrt_model_exec perf shows it (static_perf.modeled_perf)",
+              "line": "makertbin's estimate line (BPU only, FPS = 1 / latency)"}
 
 
 # --------------------------------------------------------------------------------------------
@@ -504,14 +490,11 @@ def main(argv=None) -> int:
     p.add_argument("--write-ci-graphs", default="", metavar="DIR",
                    help="write the --models' cached ONNX with zeroed weights as DIR/<model>.onnx.gz (the CI band "
                         "test's graphs, tests/data/x5) and stop")
-    p.add_argument("--estimator", choices=["timing", "static"], default="",
-                   help="timing: the X5 timing model (default when bpuemu has it); static: hb_perf's static "
-                        "estimate as before the timing model (FPS = 1 / latency)")
+    p.add_argument("--estimator", choices=sorted(ESTIMATORS), default="timing",
+                   help="timing (default): the figures hrt_model_exec perf's X5 block shows; line: makertbin's "
+                        "estimate line (BPU only, FPS = 1 / latency)")
     a = p.parse_args(argv)
-    estimator = a.estimator or ("timing" if timing_model_available() else "static")
-    if estimator == "timing" and not timing_model_available():
-        print("ERROR --estimator timing: this bpuemu has no X5 timing model (static_perf.modeled_perf)", file=sys.stderr)
-        return 2
+    estimator = a.estimator
 
     cache = Cache(a.cache, a.input_type)
     names = {n.strip() for n in a.models.split(",") if n.strip()}

@@ -17,8 +17,8 @@ import sys
 
 import pytest
 
-from bpuemu.common.container import read_bin
 from bpuemu.host.mapper.makertbin import FAST_PERF_REMOVED_TYPES
+from bpuemu.host.tools.static_perf import modeled_perf
 
 DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "x5")
 
@@ -29,12 +29,9 @@ def band_rows():
 
 
 def modeled(bin_path: str, threads: int):
-    """(FPS at ``threads`` threads, 1-thread latency in ms): hb_perf's estimate (one frame in flight)."""
-    from bpuemu.host.tools.static_perf import estimate_model
-
-    binfile = read_bin(bin_path)
-    est = estimate_model(binfile.model(), binfile.blobs)
-    return est.fps, est.latency_ms
+    """(FPS at ``threads`` threads, 1-thread latency in ms): what hrt_model_exec perf's X5 block shows."""
+    d = modeled_perf(bin_path, threads)
+    return d["fps"], d["latency_1thread_ms"]
 
 
 def nv12_yaml(onnx_path: str, prefix: str, input_name: str, shape: str) -> str:
