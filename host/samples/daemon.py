@@ -2,6 +2,7 @@
 
 Used by bpuemu-demo and the benchmarks.
 """
+import contextlib
 import os
 import shlex
 import shutil
@@ -48,6 +49,24 @@ def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0, echo: O
         time.sleep(0.05)
     proc.kill()
     raise BoardUnavailable(f"hrt_boardd did not start within {timeout_s:.0f} s; see {log_path}")
+
+
+@contextlib.contextmanager
+def running_daemon(model_dir: str, log_path: str, echo: Optional[Callable[[str], None]] = None,
+                   extra_args: Sequence[str] = ()):
+    """``start_daemon`` as a context: yields "127.0.0.1:PORT"; the daemon is stopped (SIGTERM, then SIGKILL
+    after 30 s) on the way out, whatever happened inside."""
+    os.makedirs(model_dir, exist_ok=True)
+    proc, target = start_daemon(model_dir, log_path, echo=echo, extra_args=extra_args)
+    try:
+        yield target
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def _read_port(port_file: str) -> str:

@@ -21,11 +21,11 @@ SMALL = {"OCR_DET_SIZE": "160x160", "OCR_CAL_PAGES": "4", "OCR_CAL_LINES": "8", 
          "OCR_EVAL_LINES": "4"}
 
 
-def _run(args, cwd, timeout=600):
+def _run(args, cwd, timeout=600, status=0):
     env = {**os.environ, **SMALL, "PATH": BIN + os.pathsep + os.environ.get("PATH", "")}
     env.pop("BOARD", None)
     proc = subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
-    assert proc.returncode == 0, f"{args} failed:\n{proc.stdout}\n{proc.stderr}"
+    assert proc.returncode == status, f"{args} exited {proc.returncode}:\n{proc.stdout}\n{proc.stderr}"
     return proc.stdout + proc.stderr
 
 
@@ -35,6 +35,10 @@ def test_scripts_run_in_order_on_a_fresh_copy(tmp_path):
     assert "copied the ocr sample" in out
     assert {"01_check.sh", "02_preprocess.sh", "03_build.sh", "04_inference.sh", "preprocess.py",
             "ppocr_det_config.yaml", "ppocr_cls_config.yaml", "ppocr_rec_config.yaml"} <= set(os.listdir(sample))
+
+    out = _run(["./04_inference.sh"], cwd=sample, status=1)  # out of order: one line saying what to run
+    assert "ERROR model/ch_PP-OCRv4_det_infer.onnx does not exist" in out and "run 01_check.sh first" in out
+    assert "started a local board" not in out
 
     out = _run(["./01_check.sh"], cwd=sample)
     assert out.count("passed; the placement table is in") == 3

@@ -25,7 +25,7 @@ from horizon_tc_ui.data.transformer import NV12ToYUV444Transformer
 
 from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.host.onnxgraph import open_session
-from bpuemu.host.samples.daemon import console_script, start_daemon
+from bpuemu.host.samples.daemon import console_script, running_daemon
 from bpuemu.host.samples.ocr import dataset, models, postprocess, preprocess as ocr_inputs
 from bpuemu.host.samples.ocr.metrics import match_boxes
 
@@ -83,19 +83,24 @@ def gap(board, quantized):
     return max(float(np.abs(b.astype(np.float64) - q.astype(np.float64)).max()) for b, q in zip(board, quantized))
 
 
-def run(board, data_dir, workdir):
+def inputs_ready(data_dir):
+    """Everything 04 reads, checked before a board is started: the float models (01), the data (02), the
+    converted models (03). Returns (float models, page, line, character list, model inputs)."""
     floats = {name: os.path.join("model", file) for name, file in models.FILES.items()}
     for path in floats.values():
         if not os.path.isfile(path):
             raise InvalidInput(f"{path} does not exist", hint="run 01_check.sh first")
     split = os.path.join(data_dir, "evaluation")
     page, line = dataset.load_pages(split)[0], dataset.load_lines(split)[0]
-    chars = models.charset(floats["rec"])
-    det_q, det_bin = converted("det")
-    det_size = tuple(HB_ONNXRuntime(model_file=det_q).get_inputs()[0].shape[1:3])
-    if det_size[0] == 3:  # NCHW
-        det_size = tuple(HB_ONNXRuntime(model_file=det_q).get_inputs()[0].shape[2:4])
-    inputs = ocr_inputs.model_inputs(det_size)
+    for name in floats:
+        converted(name)
+    shape = HB_ONNXRuntime(model_file=converted("det")[0]).get_inputs()[0].shape
+    det_size = tuple(shape[2:4]) if shape[1] == 3 else tuple(shape[1:3])  # NCHW or NHWC
+    return floats, page, line, models.charset(floats["rec"]), ocr_inputs.model_inputs(det_size)
+
+
+def run(board, ready, workdir):
+    floats, page, line, chars, inputs = ready
     for name, sample, label in (("det", page.file, page.boxes), ("cls", line.file, line.angle),
                                 ("rec", line.file, line.text)):
         model = inputs[name]
@@ -137,24 +142,20 @@ def main(argv=None):
     p.add_argument("--board", default="", help="HOST:PORT of a board's hrt_boardd (default: start one on loopback)")
     p.add_argument("--data_dir", default="data")
     args = p.parse_args(argv)
-    with tempfile.TemporaryDirectory(prefix="ocr-inference-") as workdir:
-        daemon = None
-        try:
-            board = args.board
-            if not board:
-                os.makedirs(os.path.join(workdir, "board"))
-                daemon, board = start_daemon(os.path.join(workdir, "board"), os.path.join(workdir, "hrt_boardd.log"),
-                                             echo=lambda line: print(line))
+    try:
+        ready = inputs_ready(args.data_dir)
+        with tempfile.TemporaryDirectory(prefix="ocr-inference-") as workdir:
+            if args.board:
+                run(args.board, ready, workdir)
+                return 0
+            with running_daemon(os.path.join(workdir, "board"), os.path.join(workdir, "hrt_boardd.log"),
+                                echo=print) as board:
                 print(f"started a local board: hrt_boardd on {board}")
-            run(board, args.data_dir, workdir)
-        except BpuEmuError as exc:
-            print(f"ERROR {exc}", file=sys.stderr)
-            return 1
-        finally:
-            if daemon is not None:
-                daemon.terminate()
-                daemon.wait(timeout=30)
-                print(f"stopped the local board ({board})")
+                run(board, ready, workdir)
+            print(f"stopped the local board ({board})")
+    except BpuEmuError as exc:
+        print(f"ERROR {exc}", file=sys.stderr)
+        return 1
     return 0
 
 
