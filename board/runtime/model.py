@@ -47,6 +47,9 @@ def timing() -> str:
 class Step:
     """One executable plan step: ``run(tensors)`` reads and writes the table."""
 
+    #: True for a step that changes nothing in the table (a frame without profiling skips it).
+    noop = False
+
     def __init__(self, spec: model_pb2.PlanStep):
         self.spec = spec
         self.name = spec.name
@@ -59,7 +62,12 @@ class Step:
 
 
 class OrtStep(Step):
-    """A compiled piece (BPU subgraph, CPU op, input quantize) run by onnxruntime."""
+    """A compiled piece (BPU subgraph, CPU op, input quantize) run by onnxruntime.
+
+    Runs through the session's own binding: what InferenceSession.run checks on every call (the
+    feed names the piece's inputs, no OrtValue of another device, no graph capture) holds by
+    construction once check_plan has matched the step's inputs and outputs to the piece's.
+    """
 
     def __init__(self, spec, blob: bytes, intra_op_threads: int):
         super().__init__(spec)
@@ -67,10 +75,17 @@ class OrtStep(Step):
             self.session = session_from_bytes(blob, intra_op_threads)
         except Exception as exc:  # onnxruntime's own exception types vary by version
             raise InvalidModelFile(f"step '{spec.name}': piece does not load: {exc}") from None
+        binding = getattr(self.session, "_sess", None)
+        self._run = binding.run if binding is not None else self.session.run
+        self._single = (self.inputs[0], self.outputs[0]) if len(self.inputs) == 1 and len(self.outputs) == 1 else None
 
     def run(self, tensors):
+        if self._single is not None:
+            src, dst = self._single
+            tensors[dst] = self._run(self.outputs, {src: tensors[src]}, None)[0]
+            return
         feed = {name: tensors[name] for name in self.inputs}
-        for name, value in zip(self.outputs, self.session.run(self.outputs, feed)):
+        for name, value in zip(self.outputs, self._run(self.outputs, feed, None)):
             tensors[name] = value
 
 
@@ -91,6 +106,8 @@ class LayoutConvertStep(Step):
     def __init__(self, spec):
         super().__init__(spec)
         self.perm = tuple(spec.perm) or None
+        # No perm, written in place: the tensor already has the layout (a featuremap output's convert).
+        self.noop = self.perm is None and self.inputs == self.outputs
 
     def run(self, tensors):
         for src, dst in zip(self.inputs, self.outputs):
@@ -154,7 +171,10 @@ class LoadedModel(ModelDescription):
         self.steps: List[Step] = [_build_step(s, model, blobs, intra_op_threads) for s in model.plan]
         check_plan(model, self.steps)
         self._fused = [s for s in self.steps if isinstance(s, PreprocessStep) and s.fused]
+        # What a frame without profiling runs: the plan less the steps that change nothing.
+        self._frame_steps = [s for s in self.steps if not s.noop]
         self._output_tensors = list(model.output_tensors) or self.output_names
+        self._table_names = [f"rt:{name}" for name in self.input_names]
         self.x5_steps = x5_timing.plan_steps(model) if x5_timing.has_timing(model) else None
 
     def _feed(self, inputs) -> Tensors:
@@ -164,12 +184,12 @@ class LoadedModel(ModelDescription):
                 raise InvalidInput(f"model '{self.name}' needs inputs {self.input_names}; missing {missing}")
             ordered = [inputs[n] for n in self.input_names]
         else:
-            ordered = list(inputs)
+            ordered = inputs if type(inputs) is list else list(inputs)
             if len(ordered) != len(self.input_names):
                 raise InvalidInput(
                     f"model '{self.name}' takes {len(self.input_names)} input(s) {self.input_names}, got {len(ordered)}"
                 )
-        return {f"rt:{name}": np.asarray(x) for name, x in zip(self.input_names, ordered)}
+        return {name: x if type(x) is np.ndarray else np.asarray(x) for name, x in zip(self._table_names, ordered)}
 
     def run(
         self,
@@ -193,7 +213,7 @@ class LoadedModel(ModelDescription):
                 raise x5_timing.NoX5Timing(f"model '{self.name}': {x5_timing.NO_TIMING} (this board runs --timing x5)")
             deadline = x5.deadline_ns(self.x5_steps, submitted_ns or start)
         if times is None:
-            for step in self.steps:
+            for step in self._frame_steps:
                 step.run(tensors)
         else:
             t0 = start
