@@ -1,9 +1,11 @@
 """bpuemu-ocr-eval: the OCR sample's 05_evaluate step (float vs quantized vs board, on task metrics).
 
-    bpuemu-ocr-eval --data data/evaluation --det model_output/det --cls model_output/cls \\
-        --rec model_output/rec --board 127.0.0.1:9473,127.0.0.1:9474 --results eval_results.jsonl
+    bpuemu-ocr-eval --data data/evaluation --model-dir model_output \\
+        --board 127.0.0.1:9473,127.0.0.1:9474 --results eval_results.jsonl
 """
 import json
+import os
+import tempfile
 
 import click
 
@@ -12,15 +14,17 @@ from bpuemu.board.cli.options import CONNECTION_HINTS, board_option, split_list,
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"], "max_content_width": 120})
-@click.option("--data", "data", required=True, type=click.Path(file_okay=False), metavar="DIR",
-              help="The evaluation split (pages.json, lines.json and their images).")
-@click.option("--det", required=True, type=click.Path(file_okay=False), metavar="DIR",
-              help="The detector's makertbin working_dir (original float, quantized, .bin).")
-@click.option("--cls", "cls_dir", required=True, type=click.Path(file_okay=False), metavar="DIR",
-              help="The direction classifier's makertbin working_dir.")
-@click.option("--rec", required=True, type=click.Path(file_okay=False), metavar="DIR",
-              help="The recogniser's makertbin working_dir.")
-@board_option(help="Run the .bin on these boards (HOST:PORT[,HOST:PORT...] or @FILE); the images are spread over them.")
+@click.option("--data", "data", default="data/evaluation", show_default=True, type=click.Path(file_okay=False),
+              metavar="DIR", help="The evaluation split (pages.json, lines.json and their images).")
+@click.option("--model-dir", default="model_output", show_default=True, type=click.Path(file_okay=False),
+              help="makertbin's working_dir holding ppocr_det, ppocr_cls and ppocr_rec (original float, quantized, .bin).")
+@click.option("--det", default="", metavar="PATH", help="The detector: working_dir/prefix [default: MODEL_DIR/ppocr_det].")
+@click.option("--cls", "cls_dir", default="", metavar="PATH", help="The direction classifier [default: MODEL_DIR/ppocr_cls].")
+@click.option("--rec", default="", metavar="PATH", help="The recogniser [default: MODEL_DIR/ppocr_rec].")
+@board_option(help="Run the .bin on these boards (HOST:PORT[,HOST:PORT...] or @FILE); the images are spread over "
+                   "them. Default: hrt_boardd started on loopback for the run (--local-boards).")
+@click.option("--local-boards", default=1, show_default=True, type=click.IntRange(1, 16),
+              help="Without --board: how many hrt_boardd to start on loopback for the run.")
 @token_option
 @tls_options
 @click.option("--sides", default="float,quantized,board", show_default=True,
@@ -32,20 +36,27 @@ from bpuemu.board.cli.options import CONNECTION_HINTS, board_option, split_list,
 @click.option("--pages", default=None, type=click.IntRange(0), help="Only the first N pages.")
 @click.option("--lines", default=None, type=click.IntRange(0), help="Only the first N lines.")
 @click.option("--no-progress", is_flag=True, help="No progress bar.")
-def cli(data, det, cls_dir, rec, board, token, tls, sides, results, report_path, pages, lines, no_progress):
+def cli(data, model_dir, det, cls_dir, rec, board, local_boards, token, tls, sides, results, report_path, pages,
+        lines, no_progress):
     """Evaluate the OCR pipeline (det, cls, rec) on its task metrics: float ONNX, quantized ONNX and the board."""
+    import contextlib
+
     from bpuemu.board.farm import BoardAccess, parse_boards
     from bpuemu.common.atomic import write_file_atomic
-    from bpuemu.host.samples.ocr.evaluate import OcrModels, evaluate
+    from bpuemu.host.samples.ocr.evaluate import OcrModels, evaluate, local_boards as start_local
 
     chosen = split_list(sides)
-    boards = parse_boards(board) if board else []
-    if "board" in chosen and not boards:
-        raise click.UsageError("the board side needs --board HOST:PORT[,...] (or leave it out of --sides)")
-    models = OcrModels.from_dirs(det, cls_dir, rec)
-    rep = evaluate(models, data, results, chosen, boards, pages, lines,
-                   access=BoardAccess(token=token, tls=tls, client_name="bpuemu-ocr-eval"),
-                   progress=not no_progress, echo=click.echo)
+    models = OcrModels.from_paths(*(path or os.path.join(model_dir, f"ppocr_{k}")
+                                    for k, path in (("det", det), ("cls", cls_dir), ("rec", rec))))
+    with contextlib.ExitStack() as stack:
+        boards = parse_boards(board) if board else []
+        if "board" in chosen and not boards:
+            click.echo(f"no --board: starting {local_boards} hrt_boardd on loopback for this run")
+            boards = stack.enter_context(start_local(
+                local_boards, stack.enter_context(tempfile.TemporaryDirectory(prefix="bpuemu-ocr-eval-")), click.echo))
+        rep = evaluate(models, data, results, chosen, boards, pages, lines,
+                       access=BoardAccess(token=token, tls=tls, client_name="bpuemu-ocr-eval"),
+                       progress=not no_progress, echo=click.echo)
     click.echo(rep.table())
     wall = rep.seconds.get("board", 0.0)
     for b in rep.boards:

@@ -1,6 +1,6 @@
 """The OCR sample's evaluation: float ONNX vs quantized ONNX vs the `.bin` on boards, on task metrics.
 
-    models = OcrModels.from_dirs("model_output/det", "model_output/cls", "model_output/rec")
+    models = OcrModels.from_paths("model_output/ppocr_det", "model_output/ppocr_cls", "model_output/ppocr_rec")
     report = evaluate(models, "data/evaluation", sides=("float", "quantized", "board"),
                       boards=["127.0.0.1:9473", "127.0.0.1:9474"], results="eval.jsonl")
     print(report.table())
@@ -26,10 +26,12 @@ one item in flight. A board that is lost (unreachable, killed, past its
 deadline) puts its item back for the others and leaves; the run fails only
 when no board is left.
 """
+import contextlib
 import glob
 import hashlib
 import json
 import os
+import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -65,12 +67,20 @@ class ConvertedModel:
     bin: str
 
     @classmethod
-    def from_dir(cls, directory: str) -> "ConvertedModel":
-        if not os.path.isdir(directory):
-            raise NotFound(f"no such model directory: {directory}")
-        return cls(_one(directory, "*_original_float_model.onnx", "original float models"),
-                   _one(directory, "*_quantized_model.onnx", "quantized models"),
-                   _one(directory, "*.bin", "BIN models"))
+    def from_path(cls, path: str) -> "ConvertedModel":
+        """``working_dir/prefix`` (the yaml's working_dir and output_model_file_prefix), or a working_dir
+        that holds one model."""
+        if os.path.isdir(path):
+            return cls(_one(path, "*_original_float_model.onnx", "original float models"),
+                       _one(path, "*_quantized_model.onnx", "quantized models"),
+                       _one(path, "*.bin", "BIN models"))
+        files = cls(f"{path}_original_float_model.onnx", f"{path}_quantized_model.onnx", f"{path}.bin")
+        missing = [f for f in (files.float_onnx, files.quantized_onnx, files.bin) if not os.path.isfile(f)]
+        if missing:
+            raise NotFound(f"no converted model {os.path.basename(path)} in {os.path.dirname(path) or '.'}: "
+                           f"{', '.join(map(os.path.basename, missing))} missing",
+                           hint="convert it first (03_build.sh, hb_mapper makertbin)")
+        return files
 
 
 @dataclass
@@ -86,10 +96,11 @@ class OcrModels:
     inputs: Dict[str, preprocess.ModelInput] = field(default_factory=dict)
 
     @classmethod
-    def from_dirs(cls, det: str, cls_dir: str, rec: str) -> "OcrModels":
+    def from_paths(cls, det: str, cls_dir: str, rec: str) -> "OcrModels":
+        """Each model's ``working_dir/prefix`` (or a working_dir holding only that model)."""
         from bpuemu.common.container import read_bin
 
-        conv = {k: ConvertedModel.from_dir(d) for k, d in zip(MODELS, (det, cls_dir, rec))}
+        conv = {k: ConvertedModel.from_path(d) for k, d in zip(MODELS, (det, cls_dir, rec))}
         found = cls(conv["det"], conv["cls"], conv["rec"], ocr_models.charset(conv["rec"].float_onnx))
         for k, c in conv.items():
             m = read_bin(c.bin).model()
@@ -465,6 +476,31 @@ def _on_boards(models: OcrModels, boards: Sequence[str], access, todo: Sequence[
                 "no board could be opened: " + "; ".join(f"{s.name}: {s.error}" for s in stats.values()))
         run_items(workers, todo, models.charset, on_result, stats)
     return [stats[b] for b in boards]
+
+
+@contextlib.contextmanager
+def local_boards(count: int, workdir: str, echo: Callable[[str], None] = print):
+    """``count`` hrt_boardd daemons on free loopback ports for the run (the embedded default); their targets."""
+    from bpuemu.host.samples.daemon import start_daemon
+
+    procs, targets = [], []
+    try:
+        for i in range(count):
+            d = os.path.join(workdir, f"board{i}")
+            os.makedirs(d, exist_ok=True)
+            proc, target = start_daemon(d, os.path.join(d, "hrt_boardd.log"), echo=echo)
+            procs.append(proc)
+            targets.append(target)
+        yield targets
+    finally:
+        for proc in procs:
+            proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=20)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
 
 
 def _fingerprint(models: OcrModels, split_dir: str) -> str:

@@ -1,0 +1,67 @@
+#!/usr/bin/env python3
+"""The OCR evaluation's board side over one board and over two, side by side in one run.
+
+    python bench/ocr_farm.py --model-dir model_output [--lines 1000] [--goal 1.8]
+
+``--model-dir`` is the OCR sample's makertbin working_dir (ppocr_det, ppocr_cls,
+ppocr_rec: 03_build.sh writes it). The bench makes ``--lines`` evaluation line
+images (dataset.make), starts two hrt_boardd on loopback, and runs the
+evaluation's board side (direction classifier + recogniser per line, each
+line's results appended to a fresh results file) over board A alone, then over
+A and B, through the same code as ``bpuemu-ocr-eval --sides board``. Prints
+each run's wall time, images/s, each board's share, and the speed-up
+(1-board time / 2-board time). Exit status 1 when the speed-up is below
+``--goal``.
+
+What limits it on a 2-core machine: each daemon runs a model on one
+onnxruntime thread, so two boards can use both cores, but this client's
+preprocessing (resize, BGR packing), the CTC decoding and gRPC's own work run
+on the same two cores, and so does anything else running on the machine.
+"""
+import argparse
+import os
+import sys
+import tempfile
+import time
+
+from bpuemu.host.samples.ocr import dataset
+from bpuemu.host.samples.ocr.evaluate import OcrModels, evaluate, local_boards
+
+
+def _run(models, split, boards, results, lines):
+    t0 = time.perf_counter()
+    rep = evaluate(models, split, results, sides=("board",), boards=boards, pages=0, lines=lines,
+                   progress=False, echo=lambda s: None)
+    return time.perf_counter() - t0, rep
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--model-dir", required=True, help="the OCR sample's model_output (ppocr_det/cls/rec)")
+    p.add_argument("--lines", type=int, default=1000)
+    p.add_argument("--goal", type=float, default=1.8)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args(argv)
+    models = OcrModels.from_paths(*(os.path.join(args.model_dir, f"ppocr_{k}") for k in ("det", "cls", "rec")))
+    with tempfile.TemporaryDirectory(prefix="bench-ocr-farm-") as tmp:
+        t0 = time.perf_counter()
+        split = dataset.make(tmp, seed=args.seed, n_pages=0, n_lines=args.lines, split="evaluation")
+        print(f"{args.lines} line images made in {time.perf_counter() - t0:.1f} s")
+        with local_boards(2, tmp, echo=lambda s: None) as (a, b):
+            # one warm-up item per board (upload + load of the three .bin, first-run allocations)
+            _run(models, split, [a], os.path.join(tmp, "warm_a.jsonl"), 1)
+            _run(models, split, [b], os.path.join(tmp, "warm_b.jsonl"), 1)
+            one_s, one = _run(models, split, [a], os.path.join(tmp, "one.jsonl"), args.lines)
+            two_s, two = _run(models, split, [a, b], os.path.join(tmp, "two.jsonl"), args.lines)
+    same = one.scores["board"] == two.scores["board"]
+    print(f"1 board : {one_s:7.1f} s  {args.lines / one_s:6.1f} images/s")
+    print(f"2 boards: {two_s:7.1f} s  {args.lines / two_s:6.1f} images/s  ("
+          + ", ".join(f"{s.name}: {s.items} images, {1e3 * s.busy_s / max(1, s.items):.0f} ms each" for s in two.boards)
+          + ")")
+    ratio = one_s / two_s
+    print(f"speed-up 2 boards / 1 board: {ratio:.2f}x (goal {args.goal}x); metrics identical: {same}")
+    return 0 if ratio >= args.goal and same else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
