@@ -23,10 +23,10 @@ from bpuemu.host.onnxgraph.model import (
     TensorInfo, constants_to_initializers, convert_opset, default_opset, graph_inputs, has_qdq, load_onnx, name_nodes,
     tensor_infos, value_infos, with_outputs,
 )
-from bpuemu.host.onnxgraph.session import feed_for, open_session
+from bpuemu.host.onnxgraph.session import feed_for, map_samples, open_session, sample_workers
 
 __all__ = [
     "DQ", "Q", "GraphIndex", "TensorInfo", "attr", "constants_to_initializers", "convert_opset", "default_opset",
-    "feed_for", "graph_inputs", "has_qdq", "load_onnx", "name_nodes", "open_session", "tensor_infos", "value_infos",
-    "with_outputs",
+    "feed_for", "graph_inputs", "has_qdq", "load_onnx", "map_samples", "name_nodes", "open_session", "sample_workers",
+    "tensor_infos", "value_infos", "with_outputs",
 ]

@@ -9,13 +9,17 @@ with ``board_options=False`` (checking that a model loads in stock
 onnxruntime) and may pass its own ``options`` then (the optimizer's saved
 basic-level graph).
 """
-from typing import Dict, Mapping, Union
+import os
+from concurrent.futures import ThreadPoolExecutor
+from typing import Callable, Dict, List, Mapping, Optional, Sequence, TypeVar, Union
 
 import numpy as np
 import onnx
 
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.tensor import ORT_DTYPES
+
+T = TypeVar("T")
 
 
 def open_session(model: Union[onnx.ModelProto, bytes], options=None, *, board_options: bool = True,
@@ -55,3 +59,37 @@ def feed_for(sess, sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
             x = np.clip(np.rint(x), info.min, info.max)
         feed[i.name] = np.ascontiguousarray(x.astype(dtype, copy=False))
     return feed
+
+
+def sample_workers() -> int:
+    """How many samples the host runs at once: one per core, at most 2 (each run is one
+    onnxruntime thread with the board's options, so N workers keep N cores busy);
+    ``BPUEMU_HOST_THREADS`` overrides it (1: everything in the calling thread)."""
+    env = os.environ.get("BPUEMU_HOST_THREADS", "")
+    if env.isdigit() and int(env) > 0:
+        return int(env)
+    return max(1, min(2, os.cpu_count() or 1))
+
+
+def map_samples(sess, names: Optional[Sequence[str]], samples: Sequence[Mapping[str, np.ndarray]],
+                fn: Optional[Callable[[int, List[np.ndarray]], T]] = None, workers: Optional[int] = None) -> List[T]:
+    """``fn(i, sess.run(names, feed_for(sess, samples[i])))`` for every sample, in sample order.
+
+    The runs spread over ``workers`` threads (``sample_workers()`` by default):
+    onnxruntime releases the GIL while it runs and one session serves concurrent
+    runs, each run computes exactly what it computes alone, and so does ``fn``
+    (numpy releases the GIL too), so the results are those of the sequential
+    loop. ``fn`` runs in the worker, so a caller that reduces each sample's
+    outputs (statistics, cosines) never holds more than ``workers`` samples'
+    outputs at once. Without ``fn`` the outputs themselves are returned.
+    """
+    def one(i: int):
+        values = sess.run(names, feed_for(sess, samples[i]))
+        return fn(i, values) if fn is not None else values
+
+    n = len(samples)
+    workers = min(workers or sample_workers(), n)
+    if workers <= 1:
+        return [one(i) for i in range(n)]
+    with ThreadPoolExecutor(workers, thread_name_prefix="bpuemu-sample") as pool:
+        return list(pool.map(one, range(n)))

@@ -22,6 +22,7 @@ from bpuemu.host.quant.calibrators import (
 from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
 from bpuemu.host.onnxgraph import (
     DQ, Q, GraphIndex, constants_to_initializers, convert_opset, default_opset, feed_for, graph_inputs, has_qdq,
+    map_samples,
     name_nodes, open_session, tensor_infos, with_outputs,
 )
 from bpuemu.host.quant.graph import (
@@ -470,20 +471,29 @@ def similarity(
     fs = open_session(with_outputs(fm, f_names, f_infos))
     qs = open_session(with_outputs(quantized_model, q_names, q_infos))
     compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
-    sums: Dict[tuple, float] = {k: 0.0 for k in compared}
-    ref, got = [], []
-    for s in samples:
-        fv = dict(zip(f_names, fs.run(f_names, feed_for(fs, s))))
-        qv = dict(zip(q_names, qs.run(q_names, feed_for(qs, s))))
+
+    def per_sample(i, f_values):
+        # In a sample worker (onnxgraph.map_samples): the quantized model's run and every node's
+        # cosine, so only the outputs and the cosines of a sample outlive it.
+        fv = dict(zip(f_names, f_values))
+        qv = dict(zip(q_names, qs.run(q_names, feed_for(qs, samples[i]))))
+        node_cos = {}
         for (ft, qt), qnode in compared.items():
             q = qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])
-            sums[(ft, qt)] += cosine(fv[ft], q)
-        ref.append([fv[o] for o in out_names])
+            node_cos[(ft, qt)] = cosine(fv[ft], q)
         fixed = []
         for o in out_names:
             prod = qidx.producer.get(o)
             fixed.append(_dequantize(qidx, prod, qv[o]) if prod is not None and prod.op_type == Q else qv[o])
-        got.append(fixed)
+        return node_cos, [fv[o] for o in out_names], fixed
+
+    sums: Dict[tuple, float] = {k: 0.0 for k in compared}
+    ref, got = [], []
+    for node_cos, r, g in map_samples(fs, f_names, samples, per_sample):
+        for k, c in node_cos.items():      # summed in sample order, as one loop would
+            sums[k] += c
+        ref.append(r)
+        got.append(g)
     integer = {k for k, o in enumerate(out_names) if is_integer(ref[0][k])}
     agreements = {o: float(np.mean([agreement_rate(r[k], g[k]) for r, g in zip(ref, got)]))
                   for k, o in enumerate(out_names) if k in integer}

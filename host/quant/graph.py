@@ -16,7 +16,7 @@ from onnx import TensorProto, numpy_helper
 
 from bpuemu.common.numerics import dequantize
 from bpuemu.host.onnxgraph import (
-    DQ, Q, GraphIndex, attr, constants_to_initializers, convert_opset, feed_for, name_nodes, open_session, tensor_infos,
+    DQ, Q, GraphIndex, attr, constants_to_initializers, convert_opset, map_samples, name_nodes, open_session, tensor_infos,
     with_outputs,
 )
 
@@ -208,8 +208,7 @@ class _QdqStripper:
 # --- running models -----------------------------------------------------------------------
 
 def float_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> List[List[np.ndarray]]:
-    sess = open_session(model)
-    return [sess.run(None, feed_for(sess, s)) for s in samples]
+    return map_samples(open_session(model), None, samples)
 
 
 def float_source(tensor: str, producer: Mapping[str, onnx.NodeProto], is_float: Callable[[str], bool]) -> str:
@@ -243,5 +242,4 @@ def scored_tensors(model: onnx.ModelProto) -> List[str]:
 def scored_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> Tuple[List[str], List[List[np.ndarray]]]:
     """``scored_tensors(model)`` and their values on each sample."""
     names = scored_tensors(model)
-    sess = open_session(with_outputs(model, names))
-    return names, [sess.run(names, feed_for(sess, s)) for s in samples]
+    return names, map_samples(open_session(with_outputs(model, names)), names, samples)

@@ -39,8 +39,8 @@ import onnx
 from bpuemu.host.quant.calibrators import KL, MAX, Calibration, Method, ThresholdCache, activation_params, percentile_method
 from bpuemu.host.quant.emit import calibrated_to_fakequant, calibration_nodes, emit_calibrated, emit_quantized
 from bpuemu.common.compare import cosine_similarity as cosine
-from bpuemu.host.onnxgraph import GraphIndex, feed_for, open_session, with_outputs
-from bpuemu.host.quant.graph import scored_outputs
+from bpuemu.host.onnxgraph import GraphIndex, feed_for, map_samples, open_session, with_outputs
+from bpuemu.host.quant.graph import scored_outputs, scored_tensors
 from bpuemu.host.quant.marking import QuantPlan
 from bpuemu.host.quant.params import Candidate, TensorQuant, WeightQuant
 
@@ -66,7 +66,12 @@ class Evaluator:
 
     def score_model(self, model: onnx.ModelProto) -> Tuple[float, Dict[str, float]]:
         self.evaluations += 1
-        per_output = output_cosines(self.reference, scored_outputs(model, self.samples)[1], self.names)
+        names = scored_tensors(model)
+        # Each worker reduces its sample's outputs to cosines at once (no sample's outputs are kept);
+        # the mean over samples is taken in sample order, as output_cosines takes it.
+        per_sample = map_samples(open_session(with_outputs(model, names)), names, self.samples,
+                                 lambda i, outs: [cosine(r, o) for r, o in zip(self.reference[i], outs)])
+        per_output = {name: float(np.mean([c[k] for c in per_sample])) for k, name in enumerate(self.names)}
         return min(per_output.values()), per_output
 
     def score(self, acts: Dict[str, TensorQuant], weights: Dict[str, WeightQuant]) -> Tuple[float, Dict[str, float]]:

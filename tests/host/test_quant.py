@@ -564,3 +564,72 @@ def test_refusals(zoo):
         quant.calibrate(zoo.model, [], zoo.bpu, [], QO(calibration_type="kl"))
     with pytest.raises(InvalidInput, match="not an input"):
         quant.calibrate(zoo.model, zoo.cal, zoo.bpu, ["nope"], QO(calibration_type="max"))
+
+
+def _reference_stats(values, bins=2048):
+    """The statistics of one tensor over samples as the original sequential collector computed
+    them: range over every sample, then a clipped int64 bin index per value."""
+    lo = min(float(v.min()) for v in values)
+    hi = max(float(v.max()) for v in values)
+    absmax = max(abs(lo), abs(hi))
+    hist = np.zeros(bins, np.int64)
+    for v in values:
+        idx = np.minimum((np.abs(v.reshape(-1)) * np.float32(bins / absmax)).astype(np.int64), bins - 1)
+        hist += np.bincount(idx, minlength=bins)
+    moved = [np.moveaxis(v, 1, 0).reshape(v.shape[1], -1) for v in values]
+    cmin = np.min([m.min(axis=1) for m in moved], axis=0)
+    cmax = np.max([m.max(axis=1) for m in moved], axis=0)
+    return lo, hi, hist, cmin, cmax
+
+
+@pytest.mark.parametrize("workers", ["1", "2"])
+def test_statistics_are_exact_whatever_the_number_of_sample_workers(zoo, monkeypatch, workers):
+    """The two statistics passes run their samples on BPUEMU_HOST_THREADS workers and add each
+    sample's summary in sample order: ranges, per-channel ranges and every histogram count equal
+    the sequential reference, including the values at the top edge (|x| == absmax)."""
+    from bpuemu.host.onnxgraph import open_session, with_outputs
+    from bpuemu.host.quant.statistics import collect_statistics
+
+    monkeypatch.setenv("BPUEMU_HOST_THREADS", workers)
+    plan = zoo.quantize(calibration_type="max")[0].plan
+    tensors = [t for t in plan.stat_tensors() if t not in zoo.cal[0]]
+    stats = collect_statistics(plan.model, tensors, zoo.cal, plan.infos)
+    sess = open_session(with_outputs(plan.model, tensors, plan.infos))
+    per_sample = [sess.run(tensors, feed_for(sess, s)) for s in zoo.cal]
+    for k, t in enumerate(tensors):
+        lo, hi, hist, cmin, cmax = _reference_stats([outs[k] for outs in per_sample])
+        st = stats[t]
+        assert (st.min, st.max) == (lo, hi), t
+        assert np.array_equal(st.hist, hist), t
+        if st.channel_min is not None:
+            assert np.array_equal(st.channel_min, cmin) and np.array_equal(st.channel_max, cmax), t
+
+
+def test_default_search_chooses_the_same_with_one_or_two_sample_workers(zoo, monkeypatch):
+    """The candidates' cosines (computed per sample in the workers, averaged in sample order) and
+    the chosen parameters are identical to the last digit with 1 and 2 workers."""
+    results = []
+    for workers in ("1", "2"):
+        monkeypatch.setenv("BPUEMU_HOST_THREADS", workers)
+        results.append(quant.calibrate(zoo.model, zoo.cal, zoo.bpu, zoo.int8_inputs, QO(calibration_type="default")))
+    one, two = results
+    assert [(c.name, c.cosine, c.per_output) for c in one.candidates] == [(c.name, c.cosine, c.per_output) for c in two.candidates]
+    assert len(one.candidates) >= 3 and one.activations.keys() == two.activations.keys()
+    for t, q in one.activations.items():
+        assert np.array_equal(q.scale, two.activations[t].scale) and np.array_equal(q.zero_point, two.activations[t].zero_point)
+
+
+def test_histogram_counts_equal_the_clipped_index_formula_across_chunks():
+    """hist_of bins chunk by chunk (statistics.HIST_CHUNK values at a time): on a tensor of several
+    chunks, with values at exactly +-absmax (the top edge, folded into the last bin) and zeros,
+    the counts equal one clipped int64 index array over the whole tensor."""
+    from bpuemu.host.quant.statistics import HIST_CHUNK
+
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((1, 7, 3 * HIST_CHUNK // 7 + 5)).astype(np.float32)
+    absmax = float(np.abs(x).max())
+    x[0, 0, :3] = [absmax, -absmax, 0.0]
+    st = quant.TensorStats.of(x)
+    idx = np.minimum((np.abs(x.reshape(-1)) * np.float32(2048 / absmax)).astype(np.int64), 2047)
+    assert x.size > 3 * HIST_CHUNK and st.hist.sum() == x.size
+    assert np.array_equal(st.hist, np.bincount(idx, minlength=2048))
