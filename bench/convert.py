@@ -8,20 +8,26 @@ On the same float models and the same calibration samples (synthetic text
 pages, ``bpuemu.host.samples.text_image``), in ONE run, it prints two
 comparisons, each with its goal (issue 3):
 
-1. Wall time: makertbin with ``calibration_type: max`` (the whole
-   ``makertbin_from_config``, as a user runs it: reading the calibration
-   files, HzPreprocess, optimizer, placement, calibration, the quantized and
-   calibrated models, the cosine table, compiling and writing the .bin)
-   divided by ``onnxruntime.quantization.quantize_static`` (MinMax, QDQ,
-   per-channel, QInt8 activations and weights) fed the same samples as the
-   normalised float tensors the float model takes, from memory. Goal <= 1.0.
-   onnxruntime gets its model prepared outside the timed call, as its docs ask
-   (onnx.version_converter to opset 13 -- per-channel DequantizeLinear needs
-   it --, the input shape fixed, ``quant_pre_process(skip_symbolic_shape=True)``);
-   that one-off preparation time is printed but not counted. After one untimed
-   run of each side (imports, first-call costs), the two sides alternate over
-   --rounds rounds, each makertbin run in a fresh working_dir (no O3 compile
-   cache), and the medians are compared (the machine is shared and noisy).
+1. Wall time and memory: makertbin (the whole ``makertbin_from_config``, as
+   a user runs it: reading the calibration files, HzPreprocess, optimizer,
+   placement, calibration, the quantized and calibrated models, the cosine
+   table, compiling and writing the .bin) with ``calibration_type: default``
+   (the seed's default, what almost every user runs) and with ``max``, against
+   ``onnxruntime.quantization.quantize_static`` (QDQ, per-channel, QInt8
+   activations and weights) with MinMax and with Entropy, fed the same samples
+   as the normalised float tensors the float model takes, from memory. Goals:
+   default / MinMax <= 1.0 and max / MinMax <= 1.0; makertbin default's peak
+   RSS <= MinMax's. onnxruntime gets its model prepared outside the timed
+   call, as its docs ask (onnx.version_converter to opset 13 -- per-channel
+   DequantizeLinear needs it --, the input shape fixed,
+   ``quant_pre_process(skip_symbolic_shape=True)``); that one-off preparation
+   time is printed but not counted. Every timed run is a forked child of the
+   bench (its wall time and its own peak RSS, ``ru_maxrss``; the bench's own
+   RSS at fork time is in every figure and printed); after one untimed run of
+   each kind (first-call costs), the sides alternate over --rounds rounds,
+   each makertbin run in a fresh working_dir (no O3 compile cache), and the
+   medians are compared (the machine is shared and noisy). ``--sides``
+   chooses what runs; ``--timing-only`` skips part 2.
 2. Quality: the output cosine similarity of makertbin's
    ``calibration_type: default`` quantized model against the best of
    onnxruntime's MinMax / Entropy / Percentile x per_channel True/False (QDQ,
@@ -81,6 +87,8 @@ PADDLE_FILES = {"cls": "ch_ppocr_mobile_v2.0_cls_infer.onnx", "det": "ch_PP-OCRv
 ORT_METHODS = ("MinMax", "Entropy", "Percentile")
 #: calibration_parameters of the default search's step-3 candidate, as a user would set them in the yaml.
 STEP3 = {"max_percentile": 0.99995, "per_channel": True, "optimization": "asymmetric"}
+#: What step 1 times: makertbin with calibration_type default and max, quantize_static MinMax and Entropy.
+SIDES = ("default", "max", "MinMax", "Entropy")
 
 
 @dataclass
@@ -231,6 +239,12 @@ def ort_quantize(prepared: str, out: str, feeds, method: str, per_channel: bool)
 
 # --- measuring ------------------------------------------------------------------------------------
 
+def _rss_mb() -> float:
+    import resource
+
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
 def held_out_cosines(case: Case, run_quantized: Callable[[np.ndarray], np.ndarray]) -> List[float]:
     """Per held-out page: the first output's cosine against the float model."""
     import onnxruntime as ort
@@ -268,6 +282,32 @@ def timed_makertbin(yaml_path: str):
     return art, time.perf_counter() - t0
 
 
+def in_child(fn: Callable[[], object]) -> Tuple[float, float]:
+    """(wall seconds, peak RSS in MB) of ``fn()`` run in a forked child: each side's memory
+    peak is its own (a child's ru_maxrss), and no side inherits the other's caches or threads."""
+    import multiprocessing
+    import resource
+
+    def child(conn):
+        t0 = time.perf_counter()
+        try:
+            fn()
+            conn.send((time.perf_counter() - t0, resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0, None))
+        except BaseException as exc:  # reported by the parent
+            conn.send((0.0, 0.0, f"{type(exc).__name__}: {exc}"))
+
+    ctx = multiprocessing.get_context("fork")
+    parent, child_end = ctx.Pipe(duplex=False)
+    proc = ctx.Process(target=child, args=(child_end,))
+    proc.start()
+    child_end.close()
+    wall, rss, err = parent.recv()
+    proc.join()
+    if err:
+        raise RuntimeError(f"the measured side failed: {err}")
+    return wall, rss
+
+
 @dataclass
 class Result:
     name: str
@@ -282,7 +322,13 @@ class Result:
     ort_prep: float
     default_time: float
     ort_all: Dict[str, Tuple[float, float]]
+    wall: Dict[str, float]            # median wall time per side: default, max, MinMax, Entropy
+    peak_mb: Dict[str, float]         # peak RSS per side
     note: str = ""
+
+    @property
+    def default_ratio(self) -> float:
+        return self.wall["default"] / self.wall["MinMax"]
 
     @property
     def ratio(self) -> float:
@@ -292,36 +338,53 @@ class Result:
     def goals(self) -> str:
         bad = []
         if self.ratio > 1.0:
-            bad.append("time")
+            bad.append("time max")
+        if "default" in self.wall and self.default_ratio > 1.0:
+            bad.append("time default")
+        if "default" in self.peak_mb and self.peak_mb["default"] > self.peak_mb["MinMax"]:
+            bad.append("memory")
         if self.ours_mean < self.ort_mean:
             bad.append("cosine")
         return "met" if not bad else "NOT met (" + ", ".join(bad) + ")"
 
 
-def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None]) -> Result:
+def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], wanted=SIDES, timing_only=False) -> Result:
     cal_dir = write_cal_dir(case, work)
     yaml_default = write_yaml(case, work, "default", cal_dir)
     prepared, prep_time = ort_prepare(case, work)
     feeds = [{case.input_name: case.normalised(p)} for p in case.cal_pages]
 
-    # 1. wall time, alternating the two sides, after one untimed run of each (imports, caches).
-    ours_t, ort_t = [], []
+    # 1. wall time and memory peak, each run in a forked child, the sides alternating after one
+    #    untimed run of each (imports, first-call costs).
     minmax_pc = os.path.join(work, f"{case.name}_ort_MinMax_pc.onnx")
-    timed_makertbin(write_yaml(case, work, "max", cal_dir, "_warmup"))
-    ort_quantize(prepared, minmax_pc, feeds, "MinMax", True)
+    entropy_pc = os.path.join(work, f"{case.name}_ort_Entropy_pc.onnx")
+    sides = {
+        "default": lambda r: timed_makertbin(write_yaml(case, work, "default", cal_dir, f"_round{r}")),
+        "max": lambda r: timed_makertbin(write_yaml(case, work, "max", cal_dir, f"_round{r}")),
+        "MinMax": lambda r: ort_quantize(prepared, minmax_pc, feeds, "MinMax", True),
+        "Entropy": lambda r: ort_quantize(prepared, entropy_pc, feeds, "Entropy", True),
+    }
+    sides = {k: v for k, v in sides.items() if k in wanted}
+    wall: Dict[str, List[float]] = {k: [] for k in sides}
+    peak: Dict[str, float] = {k: 0.0 for k in sides}
+    in_child(lambda: sides["default" if "default" in sides else "max"]("_warmup"))
+    in_child(lambda: sides["MinMax"]("_warmup"))
     for r in range(rounds):
-        order = ("ours", "ort") if r % 2 == 0 else ("ort", "ours")
+        order = list(sides) if r % 2 == 0 else list(reversed(list(sides)))
         for side in order:
-            if side == "ours":
-                _, t = timed_makertbin(write_yaml(case, work, "max", cal_dir, f"_round{r}"))
-                ours_t.append(t)
-            else:
-                ort_t.append(ort_quantize(prepared, minmax_pc, feeds, "MinMax", True))
-        log(f"  {case.name} round {r + 1}/{rounds}: makertbin max {ours_t[-1]:.2f} s, "
-            f"quantize_static MinMax {ort_t[-1]:.2f} s")
+            t, rss = in_child(lambda: sides[side](r))
+            wall[side].append(t)
+            peak[side] = max(peak[side], rss)
+        log(f"  {case.name} round {r + 1}/{rounds}: " + ", ".join(f"{k} {wall[k][-1]:.2f} s" for k in sides))
+    medians = {k: statistics.median(v) for k, v in wall.items()}
+    if timing_only:
+        return Result(case.name, float("nan"), float("nan"), "", "", float("nan"), float("nan"), medians.get("max", float("nan")),
+                      medians["MinMax"], prep_time, medians.get("default", float("nan")), {}, medians, peak)
+    ours_t, ort_t = wall["max"], wall["MinMax"]
 
     # 2. quality on held-out pages.
-    art, default_time = timed_makertbin(yaml_default)
+    art, _ = timed_makertbin(yaml_default)
+    default_time = statistics.median(wall["default"])
     ours = held_out_cosines(case, ours_runner(case, art.quantized))
     method = _selected_method(art)
     log(f"  {case.name} makertbin default ({method}, {default_time:.1f} s): held-out cosine "
@@ -330,8 +393,9 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None]) -
     for m in ORT_METHODS:
         for pc in (True, False):
             label = f"{m} per_channel={pc}"
-            path = minmax_pc if (m, pc) == ("MinMax", True) else os.path.join(work, f"{case.name}_ort_{m}_{int(pc)}.onnx")
-            if path != minmax_pc:
+            timed = {("MinMax", True): minmax_pc, ("Entropy", True): entropy_pc}
+            path = timed.get((m, pc)) or os.path.join(work, f"{case.name}_ort_{m}_{int(pc)}.onnx")
+            if (m, pc) not in timed:
                 ort_quantize(prepared, path, feeds, m, pc)
             c = held_out_cosines(case, ort_runner(case, path))
             ort_all[label] = (float(np.mean(c)), float(np.min(c)))
@@ -347,7 +411,8 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None]) -
                 f"yaml) scores held-out mean {np.mean(c3):.5f} min {np.min(c3):.5f}")
         log(f"  {case.name}: {note}")
     return Result(case.name, float(np.mean(ours)), float(np.min(ours)), method, best, ort_all[best][0], ort_all[best][1],
-                  statistics.median(ours_t), statistics.median(ort_t), prep_time, default_time, ort_all, note)
+                  statistics.median(ours_t), statistics.median(ort_t), prep_time, default_time, ort_all,
+                  medians, peak, note)
 
 
 def _selected_method(art) -> str:
@@ -368,9 +433,16 @@ def _selected_method(art) -> str:
 
 def table(results: List[Result]) -> str:
     head = ["model", "ours default cos mean/min", "best onnxruntime setting", "its cos mean/min",
-            "time makertbin max / quantize_static", "goals"]
-    rows = [[r.name, f"{r.ours_mean:.5f} / {r.ours_min:.5f}", r.ort_best, f"{r.ort_mean:.5f} / {r.ort_min:.5f}",
-             f"{r.ours_time:.2f} s / {r.ort_time:.2f} s = {r.ratio:.2f}", r.goals] for r in results]
+            "default / MinMax", "default / Entropy", "max / MinMax", "peak MB default / max / MinMax / Entropy", "goals"]
+    def ratio(r: Result, ours: str, theirs: str) -> str:
+        if ours not in r.wall or theirs not in r.wall:
+            return "--"
+        return f"{r.wall[ours]:.1f} s / {r.wall[theirs]:.1f} s = {r.wall[ours] / r.wall[theirs]:.2f}"
+
+    rows = [[r.name, f"{r.ours_mean:.5f} / {r.ours_min:.5f}", r.ort_best or "--", f"{r.ort_mean:.5f} / {r.ort_min:.5f}",
+             ratio(r, "default", "MinMax"), ratio(r, "default", "Entropy"), ratio(r, "max", "MinMax"),
+             " / ".join(f"{r.peak_mb[k]:.0f}" if k in r.peak_mb else "--" for k in SIDES), r.goals]
+            for r in results]
     widths = [max(len(x) for x in col) for col in zip(head, *rows)]
     fmt = lambda cells: "| " + " | ".join(c.ljust(w) for c, w in zip(cells, widths)) + " |"  # noqa: E731
     sep = "|" + "|".join("-" * (w + 2) for w in widths) + "|"
@@ -384,6 +456,11 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--rounds", type=int, default=5, help="timing rounds (alternating sides; medians)")
     ap.add_argument("--det-size", type=int, default=160, help="H = W of the text detector's input")
     ap.add_argument("--models", default="sample,cls,det")
+    ap.add_argument("--sides", default=",".join(SIDES),
+                    help="what the timing rounds run (MinMax is always run): " + ", ".join(SIDES))
+    ap.add_argument("--timing-only", action="store_true",
+                    help="skip the held-out quality comparison (onnxruntime's Entropy and Percentile keep every "
+                         "intermediate tensor of every sample: at --det-size 640 that is more memory than 24 GB)")
     args = ap.parse_args(argv)
 
     logging.basicConfig(level=logging.ERROR)  # makertbin's INFO lines would drown the report
@@ -399,16 +476,21 @@ def main(argv: Optional[List[str]] = None) -> int:
                            args.det_size)
         for case in cases:
             log(f"{case.name}: {os.path.basename(case.float_path)} at 1x3x{case.height}x{case.width}")
-            r = bench_case(case, work, args.rounds, log)
+            wanted = {x.strip() for x in args.sides.split(",") if x.strip()} | {"MinMax"}
+            r = bench_case(case, work, args.rounds, log, wanted, args.timing_only)
             log(f"  {case.name}: onnxruntime model preparation (not timed) {r.ort_prep:.2f} s")
             results.append(r)
     log("")
     log(table(results))
-    log(f"goal 1: makertbin (calibration_type max, whole run) / quantize_static (MinMax, QDQ, per-channel, QInt8) "
-        f"wall time <= 1.0, medians of {args.rounds} alternating rounds")
+    log(f"goal 1: makertbin (whole run; calibration_type default, and max) / quantize_static (MinMax, QDQ, per-channel, "
+        f"QInt8) wall time <= 1.0, medians of {args.rounds} alternating rounds, each run in a forked child; "
+        f"and makertbin default's peak RSS <= quantize_static MinMax's (children forked from this process: "
+        f"{_rss_mb():.0f} MB at fork, in every figure)")
     log("goal 2: makertbin calibration_type default held-out mean cosine >= the best onnxruntime setting's "
         "(MinMax/Entropy/Percentile x per_channel), all run with session_options() (QDQ fusion off)")
     for r in results:
+        if args.timing_only:
+            continue
         log(f"  {r.name}: default search chose {r.ours_method} ({r.default_time:.1f} s)")
         if r.note:
             log(f"    {r.note}")
