@@ -60,7 +60,7 @@ class CalibratedModel:
     def __init__(self, model: onnx.ModelProto, source: str = "<ModelProto>"):
         self.model = model
         self.source = source
-        idx = GraphIndex(model)
+        self._idx = idx = GraphIndex(model)
         self.inputs = idx.inputs
         self.outputs = idx.outputs
         self._producer = idx.producer
@@ -94,6 +94,15 @@ class CalibratedModel:
                 c = quantizes.get(n.output[0])
                 self.observed[n.name] = c.output if c is not None else n.output[0]
         self._infos = None
+
+    def readers(self, tensor: str) -> List[str]:
+        """The ordinary nodes reading ``tensor``, in graph order."""
+        return [n.name for n in self._idx.readers(tensor) if n.op_type != CALIBRATION_OP]
+
+    def maker(self, tensor: str) -> Optional[str]:
+        """The ordinary node making ``tensor`` (None for a model input or a calibration node's output)."""
+        n = self._producer.get(tensor)
+        return n.name if n is not None and n.op_type != CALIBRATION_OP else None
 
     # --- names ----------------------------------------------------------------------------------
 

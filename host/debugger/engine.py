@@ -105,16 +105,12 @@ def node_tensors(cm: CalibratedModel) -> List[tuple]:
     with the activation's range, so alone it would look broken (negatives
     clipped) where nothing is lost (as makertbin's cosine table does).
     """
-    readers: Dict[str, List[str]] = {}
-    for n in cm.ordinary:
-        for i in n.input:
-            readers.setdefault(i, []).append(n.name)
     out = []
     for n in cm.ordinary:
         t = cm.observed.get(n.name)
         if t is None or not cm.is_float(t):
             continue
-        r = readers.get(t, [])
+        r = cm.readers(t)
         if len(r) == 1 and cm.by_name[r[0]].op_type in RELU_LIKE and r[0] in cm.observed:
             t = cm.observed[r[0]]
         out.append((n.name, t))

@@ -61,17 +61,13 @@ class RunallResult:
 
 def tail_nodes(cm: CalibratedModel) -> set:
     """Ordinary nodes with no active (Conv/Gemm/MatMul) node after them: the run_on_cpu candidates."""
-    readers: Dict[str, List[str]] = {}
-    for n in cm.ordinary:
-        for i in n.input:
-            readers.setdefault(i, []).append(n.name)
     calib_out = {c.input: c.output for c in cm.calibrations.values()}
     tails = set()
     for n in reversed(cm.ordinary):
         nexts = []
         for o in n.output:
             for t in (o, calib_out.get(o)):
-                nexts += readers.get(t, []) if t else []
+                nexts += cm.readers(t) if t else []
         if all(cm.by_name[m].op_type not in ACTIVE_OPS and m in tails for m in nexts):
             tails.add(n.name)
     return tails
@@ -88,12 +84,11 @@ def ranked_nodes(cm: CalibratedModel, sensitivity: Dict[str, Dict[str, Dict[str,
     """
     cos = METRICS["cosine-similarity"].name
     out = {n: v[cos] for n, v in sensitivity.get("node", {}).items() if cos in v}
-    producers = {o: n.name for n in cm.ordinary for o in n.output}
     for name, v in sensitivity.get("activation", {}).items():
         c = cm.calibrations.get(name)
-        if c is None or cos not in v or c.consumers or c.input not in producers:
+        node = cm.maker(c.input) if c is not None else None
+        if node is None or cos not in v or c.consumers:
             continue
-        node = producers[c.input]
         out[node] = min(out.get(node, 1.0), v[cos])
     return dict(sorted(out.items(), key=lambda kv: kv[1]))
 
