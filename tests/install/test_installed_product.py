@@ -146,3 +146,16 @@ def test_seed_evaluation_code_imports_hb_onnxruntime_from_the_wheel(host_venv, p
     out = host_venv.run("python", "-c", code, cwd=tmp_path).stdout
     assert out.startswith("['prob'] (1, 10)"), out
     assert abs(float(out.split()[-1]) - 1.0) < 1e-3  # softmax probabilities
+
+
+def test_ocr_sample_copies_out_of_the_installed_wheel(host_venv, tmp_path):
+    """The OCR sample's scripts, configs and photos are package data: they must come with a non-editable install."""
+    out = host_venv.run("bpuemu-samples", "copy", "ocr", str(tmp_path / "ocr"), cwd=tmp_path)
+    assert "copied the ocr sample" in out.stdout + out.stderr
+    names = set(os.listdir(tmp_path / "ocr"))
+    assert {"01_check.sh", "02_preprocess.sh", "03_build.sh", "04_inference.sh", "preprocess.py", "inference.py",
+            "ppocr_det_config.yaml", "ppocr_cls_config.yaml", "ppocr_rec_config.yaml"} <= names
+    assert all(os.access(tmp_path / "ocr" / n, os.X_OK) for n in names if n.endswith(".sh"))
+    made = host_venv.run("python", "-c", "from bpuemu.host.samples.ocr import dataset; "
+                         "print(len(dataset.load_pages(dataset.make('data', 0, 2, 2, 'evaluation'))))", cwd=tmp_path)
+    assert made.stdout.strip() == "2"  # the photos behind the pages were found in the installed package
