@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Soak run of one board daemon: mixed clients and injected faults for N minutes.
 
-    python bench/soak.py --minutes 30 [--interval 60] [--daemon-log FILE]
+    python bench/soak.py --minutes 60 [--interval 60] [--daemon-log FILE] [--workers infer_data,upload,...]
 
 Starts its own hrt_boardd on loopback (127.0.0.1, a free port) and runs these
 clients against it at once, each in a thread with a BoardClient of its own, until
@@ -12,9 +12,14 @@ the time is up:
 - upload     : uploads of a known model (the board has it: costs nothing) and of
                new models (a fresh SHA-256 each time), each new one loaded, run
                once and unloaded
+- upload_shared: every few seconds a new model uploaded by --shared-uploaders
+               clients at once (they share one upload slot: one stores it, the
+               others wait and answer "already present"), then loaded and run
 - perf       : perf jobs of --perf-frames frames
 - perf_cancel: perf jobs cancelled by the caller after 0.2-0.8 s (Cancelled is expected)
 - health     : grpc.health.v1 Check and GetStats
+- metrics    : a scrape of the daemon's Prometheus endpoint (--metrics-listen) every
+               few seconds; its call and frame counters must never go down
 - faults     : every --fault-every seconds a client process (this script in
                --fault-client mode) starts a long call (a data channel or gRPC
                infer, a perf job, or an upload that stalls half way) and is
@@ -28,9 +33,12 @@ each), and the goals:
 
 - 0 unexpected errors (anything but perf_cancel's Cancelled), and no
   traceback in the daemon's log;
-- RSS growth after warm-up (the first interval) below --rss-bound-mb;
-- open fds flat: the last interval's count at most --fd-slack above the
-  warm-up's;
+- RSS growth after warm-up (the first interval) below --rss-bound-mb, and, on
+  runs of at least --slope-min-minutes after warm-up, an RSS slope (least squares
+  over the intervals after warm-up) of at most --max-slope-mb-per-hour; the
+  report also says what that slope would reach in a week;
+- open fds and threads flat: the last interval's counts at most --fd-slack and
+  --thread-slack above the warm-up's;
 - afterwards: every job slot free again, no partial upload in the store, the
   daemon SERVING, and a clean exit on SIGTERM.
 
@@ -54,6 +62,8 @@ import numpy as np
 
 #: Kinds of long calls a fault client makes before it is killed.
 FAULT_KINDS = ("infer_data", "infer_grpc", "perf", "upload")
+#: The client workers, in the order they start.
+WORKERS = ("infer_data", "infer_grpc", "upload", "perf", "perf_cancel", "upload_shared", "health", "metrics", "faults")
 #: Error kinds that are part of the plan, not failures.
 EXPECTED = {("perf_cancel", "Cancelled")}
 
@@ -70,6 +80,24 @@ def process_figures(pid: int) -> Dict[str, float]:
             elif line.startswith("Threads:"):
                 figures["threads"] = int(line.split()[1])
     return figures
+
+
+def free_port() -> int:
+    """A loopback port free now (for the daemon's --metrics-listen)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def rss_slope(samples: List[Dict[str, float]], interval_s: float) -> float:
+    """MB per hour: the least-squares slope of RSS over the samples after warm-up (the first)."""
+    after = samples[1:]
+    if len(after) < 2:
+        return 0.0
+    hours = np.arange(len(after)) * interval_s / 3600
+    return float(np.polyfit(hours, [s["rss_mb"] for s in after], 1)[0])
 
 
 # --- what the clients record ---------------------------------------------------------------
@@ -147,8 +175,10 @@ class Soak:
         self.base = read_bin(model_path)
         self.x = random_rt_input(self.base.model().input_specs[0], np.random.default_rng(0))
         self._new_models = 0
+        self._lock = threading.Lock()
         self.rng = random.Random(args.seed)
         self.children: List[subprocess.Popen] = []
+        self.metrics_target = ""  # HOST:PORT of the daemon's /metrics
 
     def client(self, **kw):
         from bpuemu.board.client import BoardClient
@@ -160,11 +190,13 @@ class Soak:
         from bpuemu.common.container import write_bin
         from bpuemu.common.proto import model_pb2
 
-        self._new_models += 1
+        with self._lock:
+            self._new_models += 1
+            n = self._new_models
         model = model_pb2.Model()
         model.CopyFrom(self.base.model())
-        model.name = f"soak_model_{self._new_models}"
-        path = os.path.join(self.workdir, f"new_{self._new_models}.bin")
+        model.name = f"soak_model_{n}"
+        path = os.path.join(self.workdir, f"new_{n}.bin")
         write_bin(path, [model], self.base.blobs)
         return path
 
@@ -206,6 +238,65 @@ class Soak:
                     timed(self.tally, "upload_new", call)
                     os.unlink(path)
                 self.pause(0.5)
+
+    def upload_shared_loop(self) -> None:
+        """A new model sent by several clients at once: one upload slot, one stored copy, every client served."""
+        clients = [self.client() for _ in range(self.args.shared_uploaders)]
+        try:
+            while not self.stop.is_set():
+                path = self.new_model()
+                start = threading.Barrier(len(clients))
+                results: Dict[int, str] = {}
+
+                def send(i: int, board) -> None:
+                    start.wait(timeout=30)
+                    results[i] = board.ensure_model(path)
+
+                def call():
+                    senders = [threading.Thread(target=guarded_call, args=(send, i, board, results))
+                               for i, board in enumerate(clients)]
+                    for t in senders:
+                        t.start()
+                    for t in senders:
+                        t.join()
+                    errors = [v for v in results.values() if isinstance(v, Exception)]
+                    if errors:
+                        raise errors[0]
+                    sha = results[0]
+                    if set(results.values()) != {sha} or len(results) != len(clients):
+                        raise AssertionError(f"shared upload: the clients got {sorted(set(map(str, results.values())))}")
+                    clients[0].load(sha)
+                    clients[0].infer(sha, "", [self.x])
+                    clients[0].unload(sha)
+
+                timed(self.tally, "upload_shared", call)
+                os.unlink(path)
+                self.pause(2.0)
+        finally:
+            for board in clients:
+                board.close()
+
+    def metrics_loop(self) -> None:
+        """Scrape the daemon's /metrics; its counters only ever go up."""
+        import urllib.request
+
+        url = f"http://{self.metrics_target}/metrics"
+        seen: Dict[str, float] = {}
+
+        def call():
+            with urllib.request.urlopen(url, timeout=10) as reply:
+                text = reply.read().decode()
+            counters = parse_counters(text)
+            if not counters:
+                raise AssertionError("the metrics hold no hrt_boardd counter")
+            fell = [k for k, v in counters.items() if v < seen.get(k, 0)]
+            if fell:
+                raise AssertionError(f"metrics counters went down: {fell[:3]}")
+            seen.update(counters)
+
+        while not self.stop.is_set():
+            timed(self.tally, "metrics", call)
+            self.pause(2.0)
 
     def perf_loop(self, cancelled: bool) -> None:
         from bpuemu.board.runtime.perf_job import PerfConfig
@@ -287,9 +378,29 @@ class Soak:
             "upload": self.upload_loop,
             "perf": lambda: self.perf_loop(False),
             "perf_cancel": lambda: self.perf_loop(True),
+            "upload_shared": self.upload_shared_loop,
             "health": self.health_loop,
+            "metrics": self.metrics_loop,
             "faults": self.fault_loop,
         }
+
+
+def guarded_call(fn, i, board, results) -> None:
+    """Run fn(i, board) in a thread; an exception becomes results[i]."""
+    try:
+        fn(i, board)
+    except Exception as exc:
+        results[i] = exc
+
+
+def parse_counters(text: str) -> Dict[str, float]:
+    """The hrt_boardd_*_total samples of a Prometheus text page, by name and labels."""
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("hrt_boardd_") and "_total" in line.split("{")[0].split(" ")[0]:
+            key, _, value = line.rpartition(" ")
+            out[key] = float(value)
+    return out
 
 
 def guarded(soak: Soak, name: str, fn: Callable[[], None]) -> Callable[[], None]:
@@ -366,15 +477,19 @@ def run(args, workdir: str) -> int:
     sample_bin(model_path, input_type_rt="rgb", height=args.size, width=args.size)
     from bpuemu.host.samples.daemon import start_daemon
 
+    metrics_target = f"127.0.0.1:{free_port()}"
     proc, target = start_daemon(os.path.join(workdir, "models"), log_path,
-                                extra_args=("--max-jobs", "16", "--log-level", "WARNING"))
+                                extra_args=("--max-jobs", "16", "--log-level", "WARNING",
+                                            "--metrics-listen", metrics_target))
     soak = Soak(args, workdir, target, model_path)
     with soak.client() as board:  # stored and loaded once, before the clients start
         board.load(board.ensure_model(model_path))
+    soak.metrics_target = metrics_target
+    workers = {name: fn for name, fn in soak.workers().items() if name in args.workers}
     threads = [threading.Thread(target=guarded(soak, name, fn), name=f"soak-{name}", daemon=True)
-               for name, fn in soak.workers().items()]
+               for name, fn in workers.items()]
     print(f"soak of hrt_boardd at {target} (pid {proc.pid}) for {args.minutes:g} min, a line every {args.interval:g} s; "
-          f"workers: {', '.join(soak.workers())}", flush=True)
+          f"workers: {', '.join(workers)}", flush=True)
     print("  min  calls unexp   exp kills  infer_data p50/p99 infer_grpc p50/p99   all p50/p99 ms    RSS MB   fds  thr",
           flush=True)
     samples = []
@@ -476,17 +591,31 @@ def goals(tally: Tally, samples, args) -> List[str]:
         growth = last["rss_mb"] - warm["rss_mb"]
         peak = max(s["rss_mb"] for s in samples[1:]) - warm["rss_mb"]
         fds = last["fds"] - warm["fds"]
+        threads = last["threads"] - warm["threads"]
+        slope = rss_slope(samples, args.interval)
+        judged_minutes = (len(samples) - 2) * args.interval / 60
         print(f"daemon RSS  : {warm['rss_mb']:.1f} MB after warm-up, {last['rss_mb']:.1f} MB at the end: "
               f"growth {growth:+.1f} MB (peak {peak:+.1f} MB; bound {args.rss_bound_mb:g} MB)")
+        judged = judged_minutes >= args.slope_min_minutes
+        print(f"RSS slope   : {slope:+.2f} MB/hour after warm-up (least squares over {len(samples) - 1} intervals); "
+              f"in a week: {last['rss_mb'] + max(0.0, slope) * 24 * 7:.0f} MB; bound {args.max_slope_mb_per_hour:g} MB/hour"
+              + ("" if judged else f", not judged: under {args.slope_min_minutes:g} min after warm-up"))
         print(f"daemon fds  : {warm['fds']} after warm-up, {last['fds']} at the end "
               f"(min {min(s['fds'] for s in samples[1:])}, max {max(s['fds'] for s in samples[1:])}; slack {args.fd_slack})")
+        print(f"threads     : {warm['threads']} after warm-up, {last['threads']} at the end "
+              f"(min {min(s['threads'] for s in samples[1:])}, max {max(s['threads'] for s in samples[1:])}; "
+              f"slack {args.thread_slack})")
         if growth > args.rss_bound_mb:
             failed.append(f"RSS grew {growth:.1f} MB after warm-up")
+        if judged and slope > args.max_slope_mb_per_hour:
+            failed.append(f"RSS slope {slope:.2f} MB/hour over {args.max_slope_mb_per_hour:g}")
         if fds > args.fd_slack:
             failed.append(f"open fds grew by {fds}")
+        if threads > args.thread_slack:
+            failed.append(f"threads grew by {threads}")
     else:
         failed.append("too short a run to judge RSS and fds (fewer than 2 intervals)")
-    if tally.kills == 0 and args.minutes * 60 > 2 * args.fault_every:
+    if "faults" in args.workers and tally.kills == 0 and args.minutes * 60 > 2 * args.fault_every:
         failed.append("no client was killed mid-call")
     return failed
 
@@ -500,7 +629,16 @@ def main() -> int:
     p.add_argument("--perf-frames", type=int, default=100, help="frames of each perf job")
     p.add_argument("--fault-every", type=float, default=5.0, help="seconds between killed client processes")
     p.add_argument("--rss-bound-mb", type=float, default=32.0, help="largest acceptable RSS growth after warm-up")
+    p.add_argument("--max-slope-mb-per-hour", type=float, default=2.0,
+                   help="largest acceptable RSS slope after warm-up (judged on runs of --slope-min-minutes or more)")
+    p.add_argument("--slope-min-minutes", type=float, default=20.0,
+                   help="judge the RSS slope only when this many minutes of intervals follow the warm-up")
     p.add_argument("--fd-slack", type=int, default=8, help="largest acceptable growth of open fds after warm-up")
+    p.add_argument("--thread-slack", type=int, default=8,
+                   help="largest acceptable growth of the daemon's threads after warm-up (perf jobs come and go)")
+    p.add_argument("--shared-uploaders", type=int, default=3, help="clients sending each shared upload at once")
+    p.add_argument("--workers", default=",".join(WORKERS),
+                   help=f"comma-separated workers to run (default all: {','.join(WORKERS)})")
     p.add_argument("--seed", type=int, default=0, help="seed of the fault schedule")
     p.add_argument("--daemon-log", default="", help="write the daemon's log here (default: a temporary file)")
     p.add_argument("--fault-client", choices=FAULT_KINDS, help=argparse.SUPPRESS)
@@ -509,6 +647,10 @@ def main() -> int:
     args = p.parse_args()
     if args.fault_client:
         return fault_client(args.fault_client, args.board, args.model)
+    args.workers = [w.strip() for w in args.workers.split(",") if w.strip()]
+    unknown = sorted(set(args.workers) - set(WORKERS))
+    if unknown or not args.workers:
+        sys.exit(f"--workers: unknown {', '.join(unknown)} (known: {', '.join(WORKERS)})" if unknown else "--workers: none given")
     if args.minutes <= 0 or args.interval <= 0 or args.minutes > 24 * 60:
         sys.exit("--minutes must be in (0, 1440] and --interval positive")
     with tempfile.TemporaryDirectory(prefix="bpuemu-soak-") as workdir:

@@ -105,6 +105,22 @@ def read_exact(sock, n: int, deadline: Optional[float] = None) -> bytearray:
     return buf
 
 
+def send_all(sock, data: bytes, deadline: float) -> None:
+    """Send all of ``data`` by ``deadline`` (a time.monotonic() value), or raise socket.timeout.
+
+    Unlike a socket timeout, which a TLS socket applies to each send, the
+    deadline holds for the whole of it, however slowly the peer reads.
+    """
+    view = memoryview(data)
+    sent = 0
+    while sent < len(view):
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("deadline passed mid-send")
+        sock.settimeout(remaining)
+        sent += sock.send(view[sent:])
+
+
 def read_frame(sock, max_bytes: int = MAX_MESSAGE_BYTES, deadline: Optional[float] = None) -> tuple:
     """(kind, payload) of the next frame; ``deadline`` as for read_exact."""
     magic, kind, length = DATA_HEADER.unpack(bytes(read_exact(sock, DATA_HEADER.size, deadline)))

@@ -2,7 +2,8 @@
 
     hrt_boardd --listen 127.0.0.1:9473 --model-dir ./models
     hrt_boardd --listen 0.0.0.0:9473 --token-file board.token \
-        --tls-cert board.pem --tls-key board.key [--tls-ca clients-ca.pem]
+        --tls-cert board.pem --tls-key board.key [--tls-ca clients-ca.pem] \
+        [--metrics-listen 0.0.0.0:9474]
 
 Beyond loopback a token is required and TLS recommended; --tls-ca turns on
 mTLS (clients must present a certificate signed by that CA).
@@ -41,6 +42,14 @@ from bpuemu.board.security import ServerTls, read_token_file
 @click.option("--data-channel/--no-data-channel", default=True, show_default=True,
               help="Also serve infer on a TCP port of its own, TLS when gRPC is (lower latency than gRPC; "
                    "clients fall back when unreachable).")
+@click.option("--call-deadline", default=60.0, show_default=True, type=click.FloatRange(1),
+              help="Seconds a caller has to send a request (an upload, an infer on the data channel) and to take "
+                   "its reply, plus one second per MiB; past it the call ends (DEADLINE_EXCEEDED) and its "
+                   "connection is closed, however slowly the bytes came.")
+@click.option("--metrics-listen", default="", metavar="HOST:PORT",
+              help="Serve Prometheus metrics on http(s)://HOST:PORT/metrics (off by default). Same rules as "
+                   "--listen: beyond loopback it needs --token-file (scrapers send 'Authorization: Bearer TOKEN'); "
+                   "with --tls-cert it is HTTPS.")
 @click.option("--port-file", default="", help="Write the port actually bound to this file (useful with port 0).")
 @click.option("--timing", default="host", show_default=True, type=click.Choice(["host", "x5"]),
               help="x5: infer and perf frames last at least their modeled RDK X5 time (all calls share one modeled "
@@ -48,7 +57,8 @@ from bpuemu.board.security import ServerTls, read_token_file
                    "throughput; host: as fast as this machine runs.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, max_jobs, max_uploads,
-        max_data_connections, max_frame_count, max_perf_time, data_channel, port_file, timing, log_level):
+        max_data_connections, max_frame_count, max_perf_time, data_channel, call_deadline, metrics_listen, port_file,
+        timing, log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
     from bpuemu.board.daemon.server import BoardServer  # grpc import kept off --help
 
@@ -62,10 +72,10 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
     set_timing(timing)
     limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs, max_uploads=max_uploads,
                     max_data_connections=max_data_connections, max_frame_count=max_frame_count,
-                    max_perf_time_minutes=max_perf_time)
+                    max_perf_time_minutes=max_perf_time, call_deadline_s=call_deadline)
     tls = ServerTls(tls_cert, tls_key, tls_ca) if tls_cert else None
     server = BoardServer(listen, model_dir, limits, token=read_token_file(token_file) or None,
-                         data_channel=data_channel, tls=tls).start()
+                         data_channel=data_channel, tls=tls, metrics_listen=metrics_listen).start()
     if port_file:  # whole or not there: a script polling for it never reads half a port number
         from bpuemu.common.atomic import write_file_atomic
 

@@ -17,14 +17,25 @@ Security. The channel follows the daemon's gRPC transport:
   per call). A client that cannot complete the handshake falls back to gRPC,
   which then reports the real problem.
 - The token is checked in the HELLO frame, with ``hmac.compare_digest``,
-  before anything else is read; a connection that sends no HELLO within
-  ``HELLO_TIMEOUT_S`` is closed.
+  before anything else is read; a connection that has not finished its TLS
+  handshake and HELLO within ``HELLO_TIMEOUT_S`` (in all, however slowly the
+  bytes come) is closed.
 - At most ``Limits.max_data_connections`` connections are open at once; one
   more gets a RESOURCE_EXHAUSTED ERROR frame and is closed.
 
 A client that goes away mid-call (closed, reset, killed) stops its infer
 between two frames, as a cancelled gRPC Infer does: a long frame_count does
 not hold a job slot for a caller that is gone.
+
+Deadlines. Every part of a call the client paces has a deadline for the whole
+of it, not for each read or write, so a client that trickles its bytes (or
+reads the reply a byte at a time) cannot hold a connection and its thread: a
+connection idle between calls is closed after ``idle_timeout_s``; once a
+request's header has come, its whole request must arrive, and later its whole
+reply must be taken, each within ``Limits.transfer_s(bytes)`` (hrt_boardd
+--call-deadline SECONDS, plus a second per MiB). Past a deadline the connection
+is closed; the infer itself is bounded by --max-frame-count and stops when the
+client goes.
 """
 import hmac
 import logging
@@ -33,11 +44,15 @@ import socket
 import socketserver
 import ssl
 import threading
+import time
 from typing import Optional
 
 from bpuemu.common.errors import BpuEmuError
 from bpuemu.common.proto import board_pb2
-from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, INFER, REPLY, pack_frame, read_frame
+from bpuemu.common.wire import (
+    DATA_HEADER, DATA_MAGIC, ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, REPLY, pack_frame, read_exact, read_frame,
+    send_all,
+)
 from bpuemu.board.messages import request_inputs, infer_reply
 from bpuemu.board.daemon.state import BoardState
 
@@ -45,6 +60,8 @@ log = logging.getLogger("bpuemu.board.daemon")
 
 #: Seconds a new connection has to finish its TLS handshake and send HELLO.
 HELLO_TIMEOUT_S = 10.0
+#: Seconds a connection may stay idle between two calls.
+IDLE_TIMEOUT_S = 600.0
 
 
 def _peer_connected(sock) -> bool:
@@ -73,7 +90,7 @@ class _Handler(socketserver.BaseRequestHandler):
     def handle(self):
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
-        sock.settimeout(self.server.hello_timeout_s)
+        sock.settimeout(self.server.hello_timeout_s)  # the TLS handshake's (and a refusal's) deadline, in all
         if not self.server.connections.acquire(blocking=False):
             self._refuse(sock, b"RESOURCE_EXHAUSTED\nboard is busy: %d data channel connections already open"
                          % self.server.state.limits.max_data_connections)
@@ -92,52 +109,76 @@ class _Handler(socketserver.BaseRequestHandler):
             log.debug("data channel from %s refused: %s", self.client_address, exc)
 
     def _serve(self, sock):
+        server = self.server
+        deadline = time.monotonic() + server.hello_timeout_s
+        call_started = None  # a call's start, while one is under way
         try:
-            if self.server.ssl_context is not None:
-                sock = self.server.ssl_context.wrap_socket(sock, server_side=True)
-            kind, token = read_frame(sock, max_bytes=4096)
-            if kind != HELLO or not hmac.compare_digest(bytes(token), self.server.token):
-                sock.sendall(pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel"))
+            if server.ssl_context is not None:
+                sock = server.ssl_context.wrap_socket(sock, server_side=True)
+            kind, token = read_frame(sock, max_bytes=4096, deadline=deadline)
+            if kind != HELLO or not hmac.compare_digest(bytes(token), server.token):
+                send_all(sock, pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel"), deadline)
                 return
-            sock.sendall(pack_frame(HELLO_OK))
-            sock.settimeout(self.server.idle_timeout_s)
+            send_all(sock, pack_frame(HELLO_OK), deadline)
             while True:
-                kind, payload = read_frame(sock)
+                header = read_exact(sock, DATA_HEADER.size, time.monotonic() + server.idle_timeout_s)
+                call_started = time.perf_counter()
+                magic, kind, length = DATA_HEADER.unpack(bytes(header))
+                if magic != DATA_MAGIC or length > MAX_MESSAGE_BYTES:
+                    raise ValueError(f"bad frame header (magic {magic!r}, {length} bytes)")
                 if kind != INFER:
-                    sock.sendall(pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO"))
+                    send_all(sock, pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO"),
+                             time.monotonic() + server.state.limits.call_deadline_s)
                     return
-                sock.sendall(self._infer(payload, lambda: _peer_connected(sock)))
-        except (ConnectionError, socket.timeout, OSError, ValueError) as exc:  # ssl.SSLError is an OSError
+                payload = read_exact(sock, length, time.monotonic() + server.state.limits.transfer_s(length)) \
+                    if length else b""
+                reply, code = self._infer(payload, lambda: _peer_connected(sock))
+                send_all(sock, reply, time.monotonic() + server.state.limits.transfer_s(len(reply)))
+                server.count_call(code, call_started)
+                call_started = None
+        except socket.timeout:  # a deadline passed: the connection goes, the daemon serves on
+            if call_started is not None:
+                log.info("data channel from %s closed: a call not done within its deadline (--call-deadline %g s "
+                         "plus 1 s per MiB)", self.client_address[0], server.state.limits.call_deadline_s)
+                server.count_call("DEADLINE_EXCEEDED", call_started)
+            else:
+                log.debug("data channel from %s closed: no HELLO, or idle, past its deadline", self.client_address[0])
+        except (ConnectionError, OSError, ValueError) as exc:  # ssl.SSLError is an OSError
             log.debug("data channel from %s closed: %s", self.client_address, exc)
+            if call_started is not None:
+                server.count_call("CANCELLED", call_started)
         finally:
             if sock is not self.request:
                 sock.close()
 
-    def _infer(self, payload: bytes, is_active) -> bytes:
+    def _infer(self, payload: bytes, is_active) -> tuple:
+        """(the reply frame, its status name)."""
         try:
             request = board_pb2.InferRequest.FromString(payload)
             result = self.server.state.infer(request.sha256, request.model_name, request_inputs(request),
                                              request.frame_count, request.dump_intermediate, is_active)
-            return pack_frame(REPLY, infer_reply(result).SerializeToString())
+            return pack_frame(REPLY, infer_reply(result).SerializeToString()), "OK"
         except BpuEmuError as exc:
-            return pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())
+            return pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode()), exc.grpc_status
         except Exception as exc:  # a bug: report it like the gRPC interceptor does
             log.exception("data channel infer failed unexpectedly")
-            return pack_frame(ERROR, f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}".encode())
+            return pack_frame(ERROR, f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}".encode()), "INTERNAL"
 
 
 class DataChannelServer(socketserver.ThreadingTCPServer):
     daemon_threads = True
     allow_reuse_address = True
 
-    def __init__(self, host: str, state: BoardState, token: Optional[str], idle_timeout_s: float = 600.0,
-                 ssl_context: Optional[ssl.SSLContext] = None, hello_timeout_s: float = HELLO_TIMEOUT_S):
+    def __init__(self, host: str, state: BoardState, token: Optional[str], idle_timeout_s: float = IDLE_TIMEOUT_S,
+                 ssl_context: Optional[ssl.SSLContext] = None, hello_timeout_s: float = HELLO_TIMEOUT_S,
+                 metrics=None):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, 0), _Handler)
         self.state = state
         self.token = (token or "").encode()
         self.idle_timeout_s = idle_timeout_s
         self.hello_timeout_s = hello_timeout_s
+        self.metrics = metrics  # a bpuemu.board.daemon.metrics.Metrics, or None
         self.ssl_context = ssl_context
         self.connections = threading.BoundedSemaphore(state.limits.max_data_connections)
         self._thread: Optional[threading.Thread] = None
@@ -145,6 +186,10 @@ class DataChannelServer(socketserver.ThreadingTCPServer):
     @property
     def port(self) -> int:
         return self.server_address[1]
+
+    def count_call(self, code: str, started: float) -> None:
+        if self.metrics is not None:
+            self.metrics.call("Infer", "data", code, time.perf_counter() - started)
 
     def start(self) -> "DataChannelServer":
         self._thread = threading.Thread(target=self.serve_forever, name="hrt_boardd-data", daemon=True)

@@ -7,6 +7,7 @@ message that says so, and the daemon keeps serving.
 """
 import hmac
 import logging
+import time
 
 import grpc
 
@@ -97,3 +98,52 @@ class TokenInterceptor(grpc.ServerInterceptor):
             yield  # pragma: no cover
 
         return _rewrap(handler, lambda b, m: deny, lambda b, m: deny_stream, handler_call_details.method)
+
+
+class MetricsInterceptor(grpc.ServerInterceptor):
+    """Count every call of a known method, with its status code and latency (``hrt_boardd --metrics-listen``).
+
+    The outermost interceptor: it sees the status the others set (UNAUTHENTICATED,
+    a translated BpuEmuError); a call whose caller went away (cancelled, or its
+    deadline passed) before it ended is CANCELLED.
+    """
+
+    def __init__(self, metrics):
+        self._metrics = metrics
+
+    def intercept_service(self, continuation, handler_call_details):
+        method = handler_call_details.method.rsplit("/", 1)[-1]
+        return _rewrap(continuation(handler_call_details), self._unary, self._stream, method)
+
+    def _record(self, method: str, context, started: float, failed: bool) -> None:
+        code = context.code()
+        if code is not None:
+            name = code.name
+        elif not context.is_active():  # the caller cancelled, or its deadline passed
+            name = "CANCELLED"
+        else:
+            name = "UNKNOWN" if failed else "OK"
+        self._metrics.call(method, "grpc", name, time.perf_counter() - started)
+
+    def _unary(self, behavior, method):
+        def wrapped(request, context):
+            started, failed = time.perf_counter(), True
+            try:
+                reply = behavior(request, context)
+                failed = False
+                return reply
+            finally:
+                self._record(method, context, started, failed)
+
+        return wrapped
+
+    def _stream(self, behavior, method):
+        def wrapped(request, context):
+            started, failed = time.perf_counter(), True
+            try:
+                yield from behavior(request, context)
+                failed = False
+            finally:
+                self._record(method, context, started, failed)
+
+        return wrapped

@@ -8,6 +8,9 @@
 Also serves grpc.health.v1 (service "" and "bpuemu.board.v1.Board") and
 server reflection.
 
+Metrics: ``metrics_listen="HOST:PORT"`` also serves Prometheus metrics there
+(bpuemu.board.daemon.metrics), under the same rule and with the same token and TLS.
+
 Security: listening beyond loopback requires a token (``token``); TLS
 (``tls=ServerTls(cert, key[, client_ca])``, mTLS with a client CA) is
 recommended there too, and its absence is logged as a warning. With TLS the
@@ -27,7 +30,7 @@ from bpuemu.common.errors import InvalidInput, PermissionDenied
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
 from bpuemu.common.wire import CHANNEL_OPTIONS, join_target, split_target
 from bpuemu.board.daemon.datachannel import DataChannelServer
-from bpuemu.board.daemon.interceptor import ErrorInterceptor, TokenInterceptor
+from bpuemu.board.daemon.interceptor import ErrorInterceptor, MetricsInterceptor, TokenInterceptor
 from bpuemu.board.daemon.service import BoardService
 from bpuemu.board.daemon.state import BoardState, Limits
 from bpuemu.board.security import ServerTls
@@ -59,6 +62,7 @@ class BoardServer:
         intra_op_threads: int = 1,
         data_channel: bool = True,
         tls: Optional[ServerTls] = None,
+        metrics_listen: str = "",
     ):
         try:
             host, port = split_target(listen)
@@ -79,7 +83,16 @@ class BoardServer:
         credentials = tls.grpc_credentials() if tls is not None else None  # checks the files first
         self.tls, self._token = tls, token
         self.state = BoardState(model_dir, limits, intra_op_threads)
-        interceptors = [TokenInterceptor(token)] if token else []
+        self.metrics = self._metrics_server = None
+        if metrics_listen:  # its own refusals (beyond loopback without a token, a port in use) come first
+            from bpuemu.board.daemon.metrics import Metrics, MetricsServer  # prometheus_client only when asked for
+
+            self.metrics = Metrics(self.state)
+            self._metrics_server = MetricsServer(metrics_listen, self.metrics, token,
+                                                 ssl_context=tls.ssl_context() if tls else None)
+        interceptors = [MetricsInterceptor(self.metrics)] if self.metrics else []
+        if token:
+            interceptors.append(TokenInterceptor(token))
         interceptors.append(ErrorInterceptor())
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hrt_boardd"),
@@ -88,8 +101,8 @@ class BoardServer:
             # then start and silently share connections with the first.
             options=CHANNEL_OPTIONS + [("grpc.so_reuseport", 0)],
         )
-        self._data = DataChannelServer(host, self.state, token, ssl_context=tls.ssl_context() if tls else None) \
-            if data_channel else None
+        self._data = DataChannelServer(host, self.state, token, ssl_context=tls.ssl_context() if tls else None,
+                                       metrics=self.metrics) if data_channel else None
         board_pb2_grpc.add_BoardServicer_to_server(BoardService(self.state, self._data.port if self._data else 0), self._server)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)
@@ -110,6 +123,8 @@ class BoardServer:
     def _close_data(self) -> None:
         if self._data is not None:
             self._data.server_close()
+        if self._metrics_server is not None:
+            self._metrics_server.server_close()
 
     @property
     def target(self) -> str:
@@ -119,6 +134,8 @@ class BoardServer:
         self._server.start()
         if self._data is not None:
             self._data.start()
+        if self._metrics_server is not None:
+            self._metrics_server.start()
         for name in ("", SERVICE_NAME):
             self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         security = ("token" if self._token else "no token") + ", " + \
@@ -130,6 +147,8 @@ class BoardServer:
         self._health.enter_graceful_shutdown()
         if self._data is not None:
             self._data.stop()
+        if self._metrics_server is not None:
+            self._metrics_server.stop()
         self._server.stop(grace).wait()
 
     def wait(self) -> None:

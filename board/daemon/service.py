@@ -8,6 +8,8 @@ import queue
 import threading
 import time
 
+import grpc
+
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
 from bpuemu.board.messages import (
@@ -43,6 +45,12 @@ class BoardService(board_pb2_grpc.BoardServicer):
         upload = self.state.store.begin_upload(h.sha256, h.size, h.file_name, still_wanted=context.is_active)
         if upload is None:
             return board_pb2.UploadReply(sha256=h.sha256, already_present=True)
+        # The whole upload within its deadline, however slowly the chunks come (a stalled caller would
+        # otherwise hold its upload slot and a worker thread): past it the call is cancelled.
+        seconds = self.state.limits.transfer_s(h.size)
+        timer = threading.Timer(seconds, self._expire, (context, f"upload of {h.sha256[:12]}", seconds))
+        timer.daemon = True
+        timer.start()
         committed = False
         try:
             for chunk in request_iterator:
@@ -52,11 +60,23 @@ class BoardService(board_pb2_grpc.BoardServicer):
             upload.commit()
             committed = True
         finally:
+            timer.cancel()
             if not committed:
                 upload.abort()
         self.state.stats.add("uploads")
         log.info("stored model %s (%d bytes, %r)", h.sha256[:12], h.size, upload.file_name)
         return board_pb2.UploadReply(sha256=h.sha256, bytes_received=upload.received)
+
+    @staticmethod
+    def _expire(context, what: str, seconds: float) -> None:
+        """End a call past the board's deadline: the caller gets DEADLINE_EXCEEDED saying so."""
+        message = f"{what} not done within the board's deadline ({seconds:.0f} s; hrt_boardd --call-deadline)"
+        log.info("%s: cancelled", message)
+        context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED)  # what the metrics count
+        try:  # the status and message the caller sees (gRPC's core call; context.cancel() would say CANCELLED)
+            context._rpc_event.call.cancel(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], message)
+        except (AttributeError, TypeError):
+            context.cancel()
 
     def LoadModel(self, request, context):
         loaded = self.state.load(request.sha256)
@@ -81,14 +101,18 @@ class BoardService(board_pb2_grpc.BoardServicer):
                                             request.dump_intermediate, context.is_active))
 
     def Perf(self, request, context):
-        model = self.state.load(request.sha256).runtime.model(request.model_name)
-        config = perf_config_from_request(request)
-        config.validate(self.state.limits.max_frame_count, self.state.limits.max_perf_time_minutes)
-        inputs = request_inputs(request)  # none: the runtime's seeded random inputs
+        with self.state.queued("perf"):
+            model = self.state.load(request.sha256).runtime.model(request.model_name)
+            config = perf_config_from_request(request)
+            config.validate(self.state.limits.max_frame_count, self.state.limits.max_perf_time_minutes)
+            inputs = request_inputs(request)  # none: the runtime's seeded random inputs
         events: "queue.Queue" = queue.Queue()
         outcome = {}
+        counted = [0]  # frames already added to the perf_frames count (at each progress tick)
 
         def progress(done, total, elapsed):
+            self.state.stats.add("perf_frames", done - counted[0])
+            counted[0] = done
             events.put(board_pb2.PerfEvent(progress=board_pb2.PerfProgress(frames_done=done, frames_total=total, elapsed_s=elapsed)))
 
         def work():
@@ -119,11 +143,14 @@ class BoardService(board_pb2_grpc.BoardServicer):
         if "error" in outcome:
             raise outcome["error"]
         log.info("perf %s: %d frames, %.1f FPS", model.name, outcome["report"].frame_count, outcome["report"].fps)
+        # The caller stops reading once it has the result, which cancels the stream: OK is set first, so
+        # the call counts as done (the metrics), not as cancelled.
+        context.set_code(grpc.StatusCode.OK)
         yield board_pb2.PerfEvent(result=perf_report_to_proto(outcome["report"]))
 
     def GetStats(self, request, context):
         return board_pb2.BoardStats(uptime_s=time.monotonic() - self.state.stats.started, jobs_running=self.state.jobs_running,
-                                    rss_bytes=resident_bytes(), hostname=self.info.hostname, **self.state.stats.snapshot())
+                                    rss_bytes=resident_bytes(), hostname=self.info.hostname, **self.state.stats.board_stats())
 
 
 def resident_bytes() -> int:

@@ -9,7 +9,7 @@ import threading
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Callable, Dict, List, Optional, Sequence
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -40,16 +40,26 @@ class Limits:
     max_uploads: int = 4
     # Open data channel connections (RESOURCE_EXHAUSTED at HELLO); each holds a thread.
     max_data_connections: int = 64
+    # Seconds a caller has to send a request and take its reply, plus a second per MiB (DEADLINE_EXCEEDED):
+    # an upload, an infer on the data channel. Bounds how long a slow or stalled caller holds a thread.
+    call_deadline_s: float = 60.0
+
+    def transfer_s(self, nbytes: int) -> float:
+        """Seconds a caller has to move ``nbytes`` (a request, a reply, an upload): call_deadline_s plus a second
+        per MiB, i.e. at least 1 MiB/s (clients give themselves less: BoardClient's Deadlines)."""
+        return self.call_deadline_s + nbytes / (1 << 20)
 
 
 class Stats:
-    """Counters a board reports through GetStats (how a farm sees where its load went)."""
+    """Counters a board reports through GetStats (how a farm sees where its load went) and its metrics."""
 
     FIELDS = ("infer_calls", "infer_frames", "infer_errors", "perf_jobs", "uploads", "refused_busy")
+    #: Counted for the metrics only (no BoardStats field).
+    METRICS_ONLY = ("perf_frames", "upload_bytes")
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._counts = dict.fromkeys(self.FIELDS, 0)
+        self._counts = dict.fromkeys(self.FIELDS + self.METRICS_ONLY, 0)
         self.started = time.monotonic()
 
     def add(self, name: str, n: int = 1) -> None:
@@ -60,23 +70,31 @@ class Stats:
         with self._lock:
             return dict(self._counts)
 
+    def board_stats(self) -> Dict[str, int]:
+        """The BoardStats fields."""
+        counts = self.snapshot()
+        return {name: counts[name] for name in self.FIELDS}
+
 
 class LoadedFile:
-    def __init__(self, binfile: BinFile, runtime: Runtime):
+    def __init__(self, binfile: BinFile, runtime: Runtime, size: int):
         self.binfile = binfile
         self.runtime = runtime
+        self.size = size
 
 
 class BoardState:
     def __init__(self, model_dir: str, limits: Optional[Limits] = None, intra_op_threads: int = 1):
         self.limits = limits = limits or Limits()
-        self.store = ModelStore(model_dir, limits.max_model_bytes, limits.max_uploads)
+        self.stats = Stats()
+        self.store = ModelStore(model_dir, limits.max_model_bytes, limits.max_uploads,
+                                on_bytes=lambda n: self.stats.add("upload_bytes", n))
         self.intra_op_threads = intra_op_threads
         self._loaded: Dict[str, LoadedFile] = {}
         self._lock = threading.Lock()
         self._jobs = threading.BoundedSemaphore(limits.max_jobs)
-        self._running = 0
-        self.stats = Stats()
+        self._running: Dict[str, int] = {}  # by kind ("infer", "perf"): calls in a job slot
+        self._queued: Dict[str, int] = {}   # by kind: calls accepted, not yet in a slot (loading their model)
 
     @staticmethod
     def check_client(api_version: int, client_version: str) -> None:
@@ -93,11 +111,12 @@ class BoardState:
             loaded = self._loaded.get(sha)
         if loaded is not None:
             return loaded
-        binfile = decode_bin(self.store.read(sha), source=f"model {sha[:12]}")
+        data = self.store.read(sha)
+        binfile = decode_bin(data, source=f"model {sha[:12]}")
         runtime = Runtime(self.intra_op_threads)
         runtime.load([binfile])
         with self._lock:
-            loaded = self._loaded.setdefault(sha, LoadedFile(binfile, runtime))
+            loaded = self._loaded.setdefault(sha, LoadedFile(binfile, runtime, len(data)))
         log.info("loaded model %s (%s)", sha[:12], ", ".join(runtime.model_names))
         return loaded
 
@@ -110,6 +129,11 @@ class BoardState:
         with self._lock:
             return sha in self._loaded
 
+    def loaded_sizes(self) -> Dict[str, int]:
+        """The size of each loaded model's .bin, by SHA-256."""
+        with self._lock:
+            return {sha: lf.size for sha, lf in self._loaded.items()}
+
     def loaded_names(self, sha: str) -> List[str]:
         with self._lock:
             lf = self._loaded.get(sha)
@@ -121,10 +145,11 @@ class BoardState:
         within the frame limit, counted in GetStats."""
         self.stats.add("infer_calls")
         try:
-            model = self.load(sha).runtime.model(model_name)
-            frames = max(1, frame_count)
-            if frames > self.limits.max_frame_count:
-                raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.limits.max_frame_count}")
+            with self.queued("infer"):
+                model = self.load(sha).runtime.model(model_name)
+                frames = max(1, frame_count)
+                if frames > self.limits.max_frame_count:
+                    raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.limits.max_frame_count}")
             with self.job("infer"):
                 return run_frames(model, inputs, frames, dump_intermediate, is_active,
                                   on_frame=lambda: self.stats.add("infer_frames"))
@@ -141,16 +166,32 @@ class BoardState:
                 f"board is busy: {self.limits.max_jobs} jobs already running; {what} refused",
                 hint="retry later, or start hrt_boardd with a larger --max-jobs",
             )
+        try:
+            with self._count(self._running, what):
+                yield
+        finally:
+            self._jobs.release()
+
+    def queued(self, what: str):
+        """Count a call as accepted but not yet in a job slot (while it loads its model)."""
+        return self._count(self._queued, what)
+
+    @contextmanager
+    def _count(self, table: Dict[str, int], what: str):
         with self._lock:
-            self._running += 1
+            table[what] = table.get(what, 0) + 1
         try:
             yield
         finally:
             with self._lock:
-                self._running -= 1
-            self._jobs.release()
+                table[what] -= 1
 
     @property
     def jobs_running(self) -> int:
         with self._lock:
-            return self._running
+            return sum(self._running.values())
+
+    def jobs_by_kind(self) -> Tuple[Dict[str, int], Dict[str, int]]:
+        """(running, queued) calls by kind ("infer", "perf")."""
+        with self._lock:
+            return dict(self._running), dict(self._queued)

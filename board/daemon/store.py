@@ -35,7 +35,7 @@ import re
 import tempfile
 import threading
 from dataclasses import dataclass
-from typing import Callable, List, Optional
+from typing import Callable, List, Optional, Tuple
 
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.container import decode_bin
@@ -91,6 +91,7 @@ class Upload:
 
     def write(self, data: bytes) -> None:
         self.received += len(data)
+        self.store.on_bytes(len(data))
         if self.received > self.size:
             raise InvalidInput(f"upload of {self.sha256[:12]} sent more than the announced {self.size} bytes")
         self._hash.update(data)
@@ -150,8 +151,10 @@ class Upload:
 
 
 class ModelStore:
-    def __init__(self, root: str, max_model_bytes: int = 1 << 30, max_uploads: int = 4):
+    def __init__(self, root: str, max_model_bytes: int = 1 << 30, max_uploads: int = 4,
+                 on_bytes: Callable[[int], None] = lambda n: None):
         self.root = os.path.abspath(root)
+        self.on_bytes = on_bytes  # told of every chunk an upload receives (the daemon's byte count)
         self.max_model_bytes = max_model_bytes
         self.max_uploads = max_uploads
         self._upload_slots = threading.BoundedSemaphore(max_uploads)
@@ -237,6 +240,25 @@ class ModelStore:
         with self._lock:
             self._in_progress.pop(sha).set()
             self._upload_slots.release()
+
+    def uploads_in_progress(self) -> Tuple[int, int]:
+        """(uploads receiving bytes, uploads waiting for another upload of their model) now."""
+        with self._lock:
+            return len(self._in_progress), self._waiting
+
+    def usage(self) -> Tuple[int, int]:
+        """(models stored, their bytes)."""
+        count = size = 0
+        with os.scandir(self.root) as entries:
+            for entry in entries:
+                sha, ext = os.path.splitext(entry.name)
+                if ext == ".bin" and _SHA_RE.match(sha):
+                    try:
+                        size += entry.stat().st_size
+                        count += 1
+                    except FileNotFoundError:
+                        pass  # removed since listed
+        return count, size
 
     def list(self) -> List[StoredModel]:
         out = []

@@ -173,7 +173,7 @@ HRT_BOARDD_MAX_FRAME_COUNT=${given[HRT_BOARDD_MAX_FRAME_COUNT]:-1000000}
 HRT_BOARDD_MAX_PERF_TIME=${given[HRT_BOARDD_MAX_PERF_TIME]:-60}
 
 HRT_BOARDD_LOG_LEVEL=INFO
-# More hrt_boardd flags, split on spaces (see hrt_boardd --help).
+# More hrt_boardd flags, split on spaces (see hrt_boardd --help), e.g. --metrics-listen 127.0.0.1:9474.
 HRT_BOARDD_EXTRA_ARGS=
 EOF
     chmod 0640 "$tmp"

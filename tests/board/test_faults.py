@@ -315,3 +315,91 @@ def test_farm_keeps_the_boards_that_answered(proxied, daemons, tmp_path_factory,
     assert "3 boards, 2 succeeded, 1 failed" in result.stdout
     proxy.unstall()
     assert_daemon_serves(d, rgb_model.path, rgb_model.x)
+
+
+# --- the daemon's own deadlines: a client that trickles cannot hold a connection ----------
+
+@pytest.fixture
+def strict_proxied(daemons, tmp_path_factory):
+    """A daemon with a 2 s call deadline (and metrics), behind a FaultProxy; yields (daemon, proxy, data port, metrics url)."""
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        metrics_port = s.getsockname()[1]
+    d = Daemon(tmp_path_factory.mktemp("strict_board"), "--call-deadline", "2",
+               "--metrics-listen", f"127.0.0.1:{metrics_port}").start()
+    daemons.append(d)
+    with d.client() as c:
+        data_port = c.info.data_port
+    proxy = FaultProxy({d.port: ("127.0.0.1", d.port), data_port: ("127.0.0.1", data_port)}).start()
+    try:
+        yield d, proxy, data_port, f"http://127.0.0.1:{metrics_port}/metrics"
+    finally:
+        proxy.stop()
+
+
+def _metric(url: str, line_start: str) -> float:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        for line in reply.read().decode().splitlines():
+            if line.startswith(line_start):
+                return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+def test_data_channel_request_trickled_is_cut_by_the_call_deadline(strict_proxied, rgb_model):
+    """A client with no deadline of its own that trickles its request is closed by the daemon's whole-call
+    deadline (not a per-read one: every piece comes well within a second of the last); others are served
+    meanwhile, and nothing is lost."""
+    import socket
+
+    from bpuemu.board.messages import infer_request
+    from bpuemu.common.wire import HELLO, HELLO_OK, INFER, pack_frame, read_frame
+
+    d, proxy, data_port, metrics = strict_proxied
+    with d.client() as c:
+        sha = c.ensure_model(rgb_model.path)
+        c.load(sha)
+    request = pack_frame(INFER, infer_request(sha, "", [rgb_model.x]).SerializeToString())
+    assert len(request) > 3000
+    slow = socket.create_connection((proxy.host, data_port), timeout=60)
+    slow.sendall(pack_frame(HELLO))
+    assert read_frame(slow)[0] == HELLO_OK
+    proxy.up_rate = 200  # 10 bytes every 50 ms: the request would take 15 s
+    t0 = time.monotonic()
+    slow.sendall(request)
+    with d.client() as other:  # the daemon serves others meanwhile, over both transports
+        for _ in range(3):
+            assert other.infer(sha, "", [rgb_model.x]).outputs
+        assert other._data is not None
+    assert slow.recv(100) == b""  # closed by the daemon: no reply, EOF
+    elapsed = time.monotonic() - t0
+    slow.close()
+    assert 1.5 < elapsed < 2.0 + 4.0, f"the trickling connection was closed after {elapsed:.1f} s (deadline 2 s)"
+    proxy.up_rate = 0
+    assert wait_until(lambda: _metric(metrics, 'hrt_boardd_calls_total{code="DEADLINE_EXCEEDED",method="Infer",'
+                                               'transport="data"}') == 1, timeout=10)
+    assert "closed: a call not done within its deadline (--call-deadline 2 s" in d.log()
+    assert_daemon_serves(d, rgb_model.path, rgb_model.x)
+
+
+def test_upload_trickled_is_cut_by_the_call_deadline(strict_proxied, rgb_model, sample_models):
+    """An upload that trickles is ended by the daemon's deadline: its slot is free again, no partial file stays,
+    and the same model then uploads at full speed."""
+    d, proxy, _, metrics = strict_proxied
+    model = sample_models["nv12"].path
+    proxy.up_rate = 1000  # the 10 KB model would take 10 s; the daemon allows 2 s
+    with BoardClient(f"{proxy.host}:{d.port}", data_channel=False) as c:  # the client's own deadline is 30 s
+        exc, elapsed = _timed(lambda: c.upload(model))
+    assert elapsed < 2.0 + 4.0, f"the trickled upload ended after {elapsed:.1f} s (deadline 2 s)"
+    assert isinstance(exc, DeadlineExceeded) and f"{proxy.host}:{d.port}" in str(exc), str(exc)
+    proxy.up_rate = 0
+    assert wait_until(lambda: not _upload_files(d), timeout=10)
+    assert wait_until(lambda: _metric(metrics, 'hrt_boardd_calls_total{code="DEADLINE_EXCEEDED",method="UploadModel",'
+                                               'transport="grpc"}') == 1, timeout=10)
+    with d.client() as c:
+        assert not c.upload(model).already_present  # nothing of the cut upload was kept, its slot is free
+    assert_store_clean(d)
+    assert_daemon_serves(d, rgb_model.path, rgb_model.x)

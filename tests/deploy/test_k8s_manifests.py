@@ -143,3 +143,17 @@ def test_image_healthcheck_probes_the_same_port():
     hc = healthcheck(stage)
     listen_port = flag_value(entry_command(stage), "--listen").rsplit(":", 1)[1]
     assert flag_value(hc.argv, "--target").rsplit(":", 1)[1] == listen_port
+
+
+def test_metrics_port_is_exposed_and_annotated_for_scraping():
+    pod_template = objects()[("DaemonSet", "bpuemu-board")]["spec"]["template"]
+    container = pod_template["spec"]["containers"][0]
+    listen = flag_value(container["args"], "--metrics-listen")
+    (port,) = [p for p in container["ports"] if p["name"] == "metrics"]
+    assert port["containerPort"] == int(listen.rsplit(":", 1)[1])
+    annotations = pod_template["metadata"]["annotations"]
+    assert annotations["prometheus.io/scrape"] == "true"
+    assert annotations["prometheus.io/port"] == str(port["containerPort"])
+    assert annotations["prometheus.io/path"] == "/metrics"
+    # Beyond loopback the endpoint needs the token: the image's entry command passes it.
+    assert not listen.startswith("127.") and flag_value(entry_command(parse_dockerfile(DOCKERFILE)[-1]), "--token-file")
