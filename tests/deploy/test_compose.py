@@ -36,9 +36,10 @@ def test_board_service_matches_the_image():
     # Models persist in a named volume at the image's model store.
     volumes = {v.split(":")[1]: v.split(":")[0] for v in board["volumes"]}
     assert volumes[flag_value(entry, "--model-dir")] in doc["volumes"]
-    # Published on the host's loopback only.
+    # Published on the host's loopback only: the gRPC port and the metrics port.
     port = flag_value(entry, "--listen").rsplit(":", 1)[1]
-    assert board["ports"] == [f"127.0.0.1:{port}:{port}"]
+    metrics_port = flag_value(board["command"], "--metrics-listen").rsplit(":", 1)[1]
+    assert board["ports"] == [f"127.0.0.1:{port}:{port}", f"127.0.0.1:{metrics_port}:{metrics_port}"]
     # The same probe as the image's HEALTHCHECK.
     assert board["healthcheck"]["test"] == ["CMD", *healthcheck(final).argv]
     assert board["command"][0].startswith("--"), "command adds hrt_boardd flags after the ENTRYPOINT"
