@@ -10,7 +10,7 @@ import time
 
 import grpc
 
-from bpuemu.common.errors import InvalidInput
+from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
 from bpuemu.board.messages import (
     infer_reply, local_board_info, perf_config_from_request, perf_report_to_proto, request_inputs,
@@ -119,7 +119,9 @@ class BoardService(board_pb2_grpc.BoardServicer):
             try:
                 outcome["report"] = run_perf(model, inputs, config, progress=progress,
                                              cancelled=lambda: not context.is_active())
-            except BaseException as exc:  # re-raised in the serving thread
+            except BpuEmuError as exc:  # re-raised in the serving thread, without this thread's frames
+                outcome["error"] = exc.with_traceback(None)
+            except BaseException as exc:  # a bug: its traceback goes to the log
                 outcome["error"] = exc
             finally:
                 events.put(None)
@@ -140,8 +142,14 @@ class BoardService(board_pb2_grpc.BoardServicer):
                 # Also when the caller went away mid-stream: the job stops within one progress
                 # interval, and holds its slot until it has.
                 worker.join()
-        if "error" in outcome:
-            raise outcome["error"]
+        error = outcome.pop("error", None)
+        if error is not None:
+            try:
+                raise error
+            finally:
+                # The error's traceback holds this frame and the job thread's (and through them the call's
+                # gRPC context): unbound here, they are freed when the call ends, not by a later gc pass.
+                del error, worker, outcome
         log.info("perf %s: %d frames, %.1f FPS", model.name, outcome["report"].frame_count, outcome["report"].fps)
         # The caller stops reading once it has the result, which cancels the stream: OK is set first, so
         # the call counts as done (the metrics), not as cancelled.
