@@ -349,6 +349,13 @@ def _metric(url: str, line_start: str) -> float:
     return 0.0
 
 
+def _metric_lines(url: str, word: str) -> str:
+    import urllib.request
+
+    with urllib.request.urlopen(url, timeout=10) as reply:
+        return "\n".join(line for line in reply.read().decode().splitlines() if word in line)
+
+
 def test_data_channel_request_trickled_is_cut_by_the_call_deadline(strict_proxied, rgb_model):
     """A client with no deadline of its own that trickles its request is closed by the daemon's whole-call
     deadline (not a per-read one: every piece comes well within a second of the last); others are served
@@ -398,7 +405,7 @@ def test_upload_trickled_is_cut_by_the_call_deadline(strict_proxied, rgb_model, 
     proxy.up_rate = 0
     assert wait_until(lambda: not _upload_files(d), timeout=10)
     assert wait_until(lambda: _metric(metrics, 'hrt_boardd_calls_total{code="DEADLINE_EXCEEDED",method="UploadModel",'
-                                               'transport="grpc"}') == 1, timeout=10)
+                                               'transport="grpc"}') == 1, timeout=30), _metric_lines(metrics, "UploadModel")
     with d.client() as c:
         assert not c.upload(model).already_present  # nothing of the cut upload was kept, its slot is free
     assert_store_clean(d)
