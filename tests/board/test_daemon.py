@@ -523,3 +523,39 @@ def test_daemon_refuses_a_port_in_use(board, tmp_path):
     # gRPC's C core logs the failed bind itself (one "E.... add_port.cc" line); that is its own log, not ours.
     assert_one_error(result, "cannot listen on", board.target, exit_code=1, ignore=GRPC_CORE_LOG)
     assert board.health() == "SERVING"
+
+
+def test_a_cancelled_perf_call_is_freed_when_it_ends(tmp_path, rgb_model):
+    """A cancelled perf call's gRPC context goes when the call ends, not at some later gc pass: a reference cycle
+    through the job's error kept each one (with its native call) alive, and a soak's RSS crept with every cancel.
+    In-process (the real server and gRPC), with the cycle collector off so that only a cycle keeps a context."""
+    import gc
+
+    from grpc import _server as grpc_server
+
+    from bpuemu.board.daemon.server import BoardServer
+
+    sha = file_sha256(rgb_model.path)
+    models = tmp_path / "models"
+    models.mkdir()
+    shutil.copy(rgb_model.path, models / f"{sha}.bin")
+
+    def contexts() -> int:
+        return sum(isinstance(o, grpc_server._Context) for o in gc.get_objects())
+
+    with BoardServer("127.0.0.1:0", str(models), data_channel=False) as server, \
+            grpc.insecure_channel(server.target) as channel:
+        stub = board_pb2_grpc.BoardStub(channel)
+        gc.collect()
+        gc.disable()
+        try:
+            before = contexts()
+            for _ in range(4):
+                stream = stub.Perf(board_pb2.PerfRequest(sha256=sha, thread_num=1, perf_time_minutes=0.05), timeout=30)
+                next(iter(stream))  # the job runs
+                stream.cancel()
+            assert wait_until(lambda: server.state.jobs_running == 0, timeout=20)
+            assert wait_until(lambda: contexts() <= before, timeout=10), \
+                f"{contexts() - before} gRPC contexts of cancelled perf calls still alive"
+        finally:
+            gc.enable()

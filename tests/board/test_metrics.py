@@ -142,14 +142,27 @@ def test_token_and_tls_guard_the_endpoint(start_daemon, pki, token_file):
         scrape(url, token, ssl.create_default_context(cafile=pki.other_ca))
 
 
-def test_a_scrape_that_never_ends_is_closed_and_others_are_served(start_daemon):
+def test_a_scrape_that_trickles_is_closed_by_its_deadline_and_others_are_served(start_daemon):
+    """A byte every 0.3 s keeps every single read short: only a deadline for the whole scrape (10 s) ends it."""
+    import select
+
     port = free_port()
     start_daemon("--metrics-listen", f"127.0.0.1:{port}")
     url = f"http://127.0.0.1:{port}/metrics"
     slow = socket.create_connection(("127.0.0.1", port), timeout=30)
-    slow.sendall(b"GET /metrics HTTP/1.1\r\n")  # and never the rest
+    slow.sendall(b"GET /metrics HTTP/1.1\r\nX-Slow: ")
     t0 = time.monotonic()
-    assert value(scrape(url), "hrt_boardd_models_loaded") == 0  # served meanwhile
-    assert slow.recv(100) == b""  # closed by the scrape deadline (10 s), not by our 30 s timeout
-    assert 5 < time.monotonic() - t0 < 25
+    closed = False
+    while not closed and time.monotonic() - t0 < 30:
+        try:
+            slow.sendall(b"a")  # the header never ends
+        except OSError:
+            closed = True
+            break
+        if select.select([slow], [], [], 0.3)[0]:
+            closed = slow.recv(100) == b""
+        if time.monotonic() - t0 > 2:
+            assert value(scrape(url), "hrt_boardd_models_loaded") == 0  # others are served meanwhile
+    elapsed = time.monotonic() - t0
     slow.close()
+    assert closed and 8 < elapsed < 20, f"closed={closed} after {elapsed:.1f} s (scrape deadline 10 s)"
