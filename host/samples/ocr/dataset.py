@@ -18,7 +18,8 @@ is one string on a light background with a photo's texture blended in, with a
 margin, rotated by 180 degrees when ``angle`` is 180 (``text`` is what it
 reads upright). Strings are English words, numbers, codes, dates and prices
 in Latin letters, digits and punctuation, all in the PP-OCRv4 recogniser's
-character list; lines hold no double spaces. The font is the one Pillow ships
+character list; lines hold no double spaces (drawn, words are half a font size apart:
+Pillow's narrow space makes PP-OCRv4 join words). The font is the one Pillow ships
 (``ImageFont.load_default(size=...)``).
 """
 import functools
@@ -133,6 +134,30 @@ def _font(size: int):
     return ImageFont.load_default(size=size)
 
 
+#: The gap between words, in font sizes. Pillow's own space (about 0.25) is narrower than printed text's
+#: usually is, and PP-OCRv4 then reads two words as one; the labels keep one space.
+WORD_GAP = 0.5
+
+
+def _layout(text: str, font):
+    """((x offset, word) per word, ink box (x0, y0, x1, y1)) of a line drawn at (0, 0) with WORD_GAP spacing."""
+    from PIL import Image, ImageDraw
+
+    probe = ImageDraw.Draw(Image.new("L", (1, 1)))
+    placed, x, box = [], 0, None
+    for word in text.split(" "):
+        x0, y0, x1, y1 = probe.textbbox((x, 0), word, font=font)
+        box = (x0, y0, x1, y1) if box is None else (min(box[0], x0), min(box[1], y0), max(box[2], x1), max(box[3], y1))
+        placed.append((x, word))
+        x = x1 + int(round(WORD_GAP * font.size))
+    return placed, box
+
+
+def _draw_line(draw, origin, placed, font, fill):
+    for dx, word in placed:
+        draw.text((origin[0] + dx, origin[1]), word, font=font, fill=fill)
+
+
 def render_page(rng: np.random.Generator, photos) -> Tuple[np.ndarray, List[List[int]], List[str]]:
     """One page: (HxWx3 uint8 RGB, boxes, texts)."""
     from PIL import ImageDraw
@@ -156,7 +181,7 @@ def render_page(rng: np.random.Generator, photos) -> Tuple[np.ndarray, List[List
     for _ in range(int(rng.integers(3, 9))):
         text, size = line_text(rng), int(rng.integers(18, 42))
         font = _font(size)
-        x0, y0, x1, y1 = draw.textbbox((0, 0), text, font=font)
+        placed, (x0, y0, x1, y1) = _layout(text, font)
         tw, th = x1 - x0, y1 - y0
         if tw + 16 >= w:
             continue
@@ -172,7 +197,7 @@ def render_page(rng: np.random.Generator, photos) -> Tuple[np.ndarray, List[List
         if on_photo:
             plate = tuple(int(c) for c in rng.integers(215, 256, 3))
             draw.rectangle((zone[0] + pad // 2, zone[1] + pad // 2, zone[2] - pad // 2, zone[3] - pad // 2), fill=plate)
-        draw.text((x - x0, y - y0), text, font=font, fill=_ink(rng))
+        _draw_line(draw, (x - x0, y - y0), placed, font, _ink(rng))
         taken.append(zone)
         boxes.append(list(box))
         texts.append(text)
@@ -185,14 +210,13 @@ def render_line(rng: np.random.Generator, photos) -> Tuple[np.ndarray, str, int]
 
     text, size = line_text(rng), int(rng.integers(26, 44))
     font = _font(size)
-    probe = ImageDraw.Draw(Image.new("RGB", (1, 1)))
-    x0, y0, x1, y1 = probe.textbbox((0, 0), text, font=font)
+    placed, (x0, y0, x1, y1) = _layout(text, font)
     mx, my = int(rng.integers(4, 16)), int(rng.integers(3, 12))
     w, h = x1 - x0 + 2 * mx, y1 - y0 + 2 * my
     img = _sheet(rng, h, w)
     if rng.random() < 0.6:  # a photo's texture under the text
         img = Image.blend(img, _photo_crop(photos, rng, h, w), float(rng.uniform(0.15, 0.4)))
-    ImageDraw.Draw(img).text((mx - x0, my - y0), text, font=font, fill=_ink(rng))
+    _draw_line(ImageDraw.Draw(img), (mx - x0, my - y0), placed, font, _ink(rng))
     angle = 180 if rng.random() < 0.5 else 0
     if angle:
         img = img.transpose(Image.Transpose.ROTATE_180)
