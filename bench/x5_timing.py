@@ -69,11 +69,21 @@ def modeled(bin_path: str, threads: int, estimator: str = "timing") -> Tuple[flo
     ``timing``: the X5 timing model as ``hrt_model_exec perf``'s X5 block shows it
     (``bpuemu.host.tools.static_perf.modeled_perf``: BPU and CPU steps, several threads sharing
     the one BPU). ``line``: makertbin's estimate line from the same model (BPU subgraphs only,
-    one frame in flight: FPS = 1 / latency at any thread count), as the real compiler's line.
+    one frame in flight: FPS = 1 / latency at any thread count), as the real compiler's line; with
+    a bpuemu from before the timing model (no ``modeled_perf``), hb_perf's estimate of that time,
+    the "before" figures of issue 16.
     """
-    from bpuemu.host.tools.static_perf import modeled_perf
+    from bpuemu.host.tools import static_perf
 
-    d = modeled_perf(bin_path, threads)
+    if not hasattr(static_perf, "modeled_perf"):
+        if estimator != "line":
+            raise RuntimeError("this bpuemu has no X5 timing model (static_perf.modeled_perf): use --estimator line")
+        from bpuemu.common.container import read_bin
+
+        binfile = read_bin(bin_path)
+        est = static_perf.estimate_model(binfile.model(), binfile.blobs)
+        return est.fps or math.inf, est.latency_ms
+    d = static_perf.modeled_perf(bin_path, threads)
     if estimator == "line":
         return d["estimate_fps"] or math.inf, d["estimate_latency_us"] / 1e3
     return d["fps"], d["latency_1thread_ms"]
@@ -483,10 +493,10 @@ def main(argv=None) -> int:
     p.add_argument("--models", default="", help="only these models (comma-separated names of the csv)")
     p.add_argument("--no-build", action="store_true", help="use only what is cached: export and convert nothing")
     p.add_argument("--csv", default="", help="also write the per-model table to this csv")
-    p.add_argument("--input-type", choices=sorted(BIN_DIRS), default="nv12",
-                   help="the converted models' runtime input: nv12 (default, as the published .bins: --fast-perf's "
-                        "settings in a yaml, DIR/bin_nv12/) or featuremap (hb_mapper makertbin --fast-perf as typed, "
-                        "DIR/bin/)")
+    p.add_argument("--input-type", choices=sorted(BIN_DIRS), default="featuremap",
+                   help="the converted models' runtime input: featuremap (default: hb_mapper makertbin --fast-perf "
+                        "as typed, DIR/bin/) or nv12 (as the published .bins take: --fast-perf's settings in a yaml "
+                        "with input_type_rt nv12, DIR/bin_nv12/)")
     p.add_argument("--write-ci-graphs", default="", metavar="DIR",
                    help="write the --models' cached ONNX with zeroed weights as DIR/<model>.onnx.gz (the CI band "
                         "test's graphs, tests/data/x5) and stop")
