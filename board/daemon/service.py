@@ -10,7 +10,7 @@ import time
 
 import grpc
 
-from bpuemu.common.errors import BpuEmuError, InvalidInput
+from bpuemu.common.errors import BpuEmuError, Cancelled, DeadlineExceeded, InvalidInput
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
 from bpuemu.board.messages import (
     infer_reply, local_board_info, perf_config_from_request, perf_report_to_proto, request_inputs,
@@ -38,6 +38,7 @@ class BoardService(board_pb2_grpc.BoardServicer):
         return board_pb2.HasModelReply(present=self.state.store.has(request.sha256), loaded=self.state.is_loaded(request.sha256))
 
     def UploadModel(self, request_iterator, context):
+        request_iterator = _received(request_iterator, context, "upload")
         first = next(request_iterator, None)
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidInput("an upload must start with an UploadHeader message")
@@ -159,6 +160,23 @@ class BoardService(board_pb2_grpc.BoardServicer):
     def GetStats(self, request, context):
         return board_pb2.BoardStats(uptime_s=time.monotonic() - self.state.stats.started, jobs_running=self.state.jobs_running,
                                     rss_bytes=resident_bytes(), hostname=self.info.hostname, **self.state.stats.board_stats())
+
+
+def _received(request_iterator, context, what: str):
+    """A call's request messages; a BpuEmuError when the call ends under them (the caller went away, or the
+    board's deadline passed) instead of gRPC's RpcError.
+
+    gRPC keeps that RpcError in the call's state, and its traceback holds the frames that hold the call: a
+    reference cycle that kept each such call (and its native memory) until a gc pass. Its traceback is
+    dropped here.
+    """
+    try:
+        yield from request_iterator
+    except grpc.RpcError as err:
+        err.with_traceback(None)
+        if context.code() == grpc.StatusCode.DEADLINE_EXCEEDED:  # set by BoardService._expire
+            raise DeadlineExceeded(f"{what} not done within the board's deadline (hrt_boardd --call-deadline)") from None
+        raise Cancelled(f"{what} ended: the caller went away") from None
 
 
 def resident_bytes() -> int:

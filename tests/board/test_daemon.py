@@ -525,11 +525,14 @@ def test_daemon_refuses_a_port_in_use(board, tmp_path):
     assert board.health() == "SERVING"
 
 
-def test_a_cancelled_perf_call_is_freed_when_it_ends(tmp_path, rgb_model):
-    """A cancelled perf call's gRPC context goes when the call ends, not at some later gc pass: a reference cycle
-    through the job's error kept each one (with its native call) alive, and a soak's RSS crept with every cancel.
-    In-process (the real server and gRPC), with the cycle collector off so that only a cycle keeps a context."""
+@pytest.mark.parametrize("call", ["perf", "upload"])
+def test_a_cancelled_call_is_freed_when_it_ends(tmp_path, rgb_model, call):
+    """A cancelled perf or upload call's gRPC context goes when the call ends, not at some later gc pass: reference
+    cycles (through the perf job's error; through the error gRPC keeps when an upload's stream is cut) kept each
+    one, with its native call, alive, and a soak's RSS crept with every cancel. In-process (the real server and
+    gRPC), with the cycle collector off so that only a cycle keeps a context."""
     import gc
+    import hashlib
 
     from grpc import _server as grpc_server
 
@@ -539,9 +542,30 @@ def test_a_cancelled_perf_call_is_freed_when_it_ends(tmp_path, rgb_model):
     models = tmp_path / "models"
     models.mkdir()
     shutil.copy(rgb_model.path, models / f"{sha}.bin")
+    data = open(rgb_model.path, "rb").read()
 
     def contexts() -> int:
         return sum(isinstance(o, grpc_server._Context) for o in gc.get_objects())
+
+    def cancelled_call(stub, i: int) -> None:
+        if call == "perf":
+            stream = stub.Perf(board_pb2.PerfRequest(sha256=sha, thread_num=1, perf_time_minutes=0.05), timeout=30)
+            next(iter(stream))  # the job runs
+            stream.cancel()
+            return
+        sent = threading.Event()
+        other = hashlib.sha256(b"%d" % i).hexdigest()
+
+        def chunks():  # half an upload, then the caller goes
+            yield board_pb2.UploadChunk(header=board_pb2.UploadHeader(sha256=other, size=len(data), file_name="x.bin"))
+            yield board_pb2.UploadChunk(data=data[: len(data) // 2])
+            sent.set()
+            time.sleep(2)
+
+        future = stub.UploadModel.future(chunks(), timeout=30)
+        assert sent.wait(10)
+        time.sleep(0.2)
+        future.cancel()
 
     with BoardServer("127.0.0.1:0", str(models), data_channel=False) as server, \
             grpc.insecure_channel(server.target) as channel:
@@ -550,12 +574,11 @@ def test_a_cancelled_perf_call_is_freed_when_it_ends(tmp_path, rgb_model):
         gc.disable()
         try:
             before = contexts()
-            for _ in range(4):
-                stream = stub.Perf(board_pb2.PerfRequest(sha256=sha, thread_num=1, perf_time_minutes=0.05), timeout=30)
-                next(iter(stream))  # the job runs
-                stream.cancel()
+            for i in range(4):
+                cancelled_call(stub, i)
             assert wait_until(lambda: server.state.jobs_running == 0, timeout=20)
             assert wait_until(lambda: contexts() <= before, timeout=10), \
-                f"{contexts() - before} gRPC contexts of cancelled perf calls still alive"
+                f"{contexts() - before} gRPC contexts of cancelled {call} calls still alive"
         finally:
             gc.enable()
+        assert sorted(os.listdir(models)) == [f"{sha}.bin"]  # no partial upload left
