@@ -282,7 +282,6 @@ def test_grpc_methods(target, method):
     got a fifth of the examples of the empty requests)."""
     budget = max(BUDGET // len(METHODS), 10)
     outcomes = run_counted(target.requests(method), lambda call: target.call(*call), max_examples=budget)
-    print(method, dict(outcomes))
     assert sum(outcomes.values()) >= budget // 2, outcomes
 
 
