@@ -87,39 +87,68 @@ def quantize_bias(b: np.ndarray, input_q: TensorQuant, weight_q: WeightQuant, pe
     return q, scale
 
 
-def _finish(m: onnx.ModelProto, pre: List[onnx.NodeProto], after: Dict[str, List[onnx.NodeProto]],
-            rewire: Dict[Tuple[str, int], str], out_renames: Dict[Tuple[str, int], str], new_inits: List[TensorProto]) -> None:
-    g = m.graph
-    nodes = list(pre)
-    appended: Dict[str, List[Tuple[int, str]]] = {}
-    for (name, k), new in rewire.items():
-        appended.setdefault(name, []).append((k, new))
-    for n in g.node:
-        for k, new in sorted(appended.get(n.name, [])):
-            if k < len(n.input):
-                n.input[k] = new
-            else:  # an input the node did not have (a corrected bias where there was none)
-                while len(n.input) < k:
-                    n.input.append("")
-                n.input.append(new)
-        for k in range(len(n.output)):
-            if (n.name, k) in out_renames:
-                n.output[k] = out_renames[(n.name, k)]
-        nodes.append(n)
-        nodes.extend(after.get(n.name, []))
-    del g.node[:]
-    g.node.extend(nodes)
-    g.initializer.extend(new_inits)
-    # Float weights replaced by their int8 versions go (and so do graph inputs naming them, old IR style).
-    used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
-    dropped = {t.name for t in g.initializer if t.name not in used}
-    keep = [t for t in g.initializer if t.name in used]
-    del g.initializer[:]
-    g.initializer.extend(keep)
-    inputs = [i for i in g.input if i.name not in dropped]
-    del g.input[:]
-    g.input.extend(inputs)
-    del g.value_info[:]
+class _Rewrite:
+    """What one emit pass builds on a copy of the plan's model, then applies (``finish``): nodes to
+    put before all others (``pre``) or right after a node (``after``), node inputs to read another
+    tensor (``rewire``), node outputs to rename (``out_renames``) and new initializers."""
+
+    def __init__(self, plan: QuantPlan):
+        self.model = copy.deepcopy(plan.model)
+        self.idx = GraphIndex(self.model)
+        self.fresh = _Names(self.model)
+        self.pre: List[onnx.NodeProto] = []
+        self.after: Dict[str, List[onnx.NodeProto]] = {}
+        self.rewire: Dict[Tuple[str, int], str] = {}
+        self.out_renames: Dict[Tuple[str, int], str] = {}
+        self.inits: List[TensorProto] = []
+
+    def hand_over_output(self, t: str, suffix: str) -> str:
+        """Model output ``t`` is made by what follows its producer: the producer writes a fresh
+        tensor ``<t>_<suffix>`` instead, returned."""
+        src = self.fresh(f"{t}_{suffix}")
+        prod = self.idx.producer[t]
+        self.out_renames[(prod.name, list(prod.output).index(t))] = src
+        return src
+
+    def place(self, producer: Optional[str], nodes: List[onnx.NodeProto]) -> None:
+        """``nodes`` go right after ``producer``, or before every node for a model input or a weight."""
+        (self.pre if producer is None else self.after.setdefault(producer, [])).extend(nodes)
+
+    def finish(self) -> onnx.ModelProto:
+        m = self.model
+        g = m.graph
+        nodes = list(self.pre)
+        appended: Dict[str, List[Tuple[int, str]]] = {}
+        for (name, k), new in self.rewire.items():
+            appended.setdefault(name, []).append((k, new))
+        for n in g.node:
+            for k, new in sorted(appended.get(n.name, [])):
+                if k < len(n.input):
+                    n.input[k] = new
+                else:  # an input the node did not have (a corrected bias where there was none)
+                    while len(n.input) < k:
+                        n.input.append("")
+                    n.input.append(new)
+            for k in range(len(n.output)):
+                if (n.name, k) in self.out_renames:
+                    n.output[k] = self.out_renames[(n.name, k)]
+            nodes.append(n)
+            nodes.extend(self.after.get(n.name, []))
+        del g.node[:]
+        g.node.extend(nodes)
+        g.initializer.extend(self.inits)
+        # Float weights replaced by their int8 versions go (and so do graph inputs naming them, old IR style).
+        used = {i for n in g.node for i in n.input} | {o.name for o in g.output}
+        dropped = {t.name for t in g.initializer if t.name not in used}
+        keep = [t for t in g.initializer if t.name in used]
+        del g.initializer[:]
+        g.initializer.extend(keep)
+        inputs = [i for i in g.input if i.name not in dropped]
+        del g.input[:]
+        g.input.extend(inputs)
+        del g.value_info[:]
+        m.producer_name = "bpuemu"
+        return m
 
 
 def emit_quantized(
@@ -130,15 +159,8 @@ def emit_quantized(
     output_type: str = "float",
 ) -> onnx.ModelProto:
     corrections = corrections or {}
-    m = copy.deepcopy(plan.model)
-    g = m.graph
-    idx = GraphIndex(m)
-    fresh = _Names(m)
-    pre: List[onnx.NodeProto] = []
-    after: Dict[str, List[onnx.NodeProto]] = {}
-    rewire: Dict[Tuple[str, int], str] = {}
-    out_renames: Dict[Tuple[str, int], str] = {}
-    inits: List[TensorProto] = []
+    r = _Rewrite(plan)
+    g, fresh, pre, rewire, inits = r.model.graph, r.fresh, r.pre, r.rewire, r.inits
 
     def qparams(t: str, q: TensorQuant) -> Tuple[str, str]:
         s, z = fresh(f"{t}_scale"), fresh(f"{t}_zero_point")
@@ -162,9 +184,7 @@ def emit_quantized(
         src, q_out, dq_out = t, None, None
         is_output = site.is_graph_output and site.producer_on_bpu
         if is_output:
-            src = fresh(f"{t}_QuantizeLinear_Input")
-            prod = idx.producer[t]
-            out_renames[(prod.name, list(prod.output).index(t))] = src
+            src = r.hand_over_output(t, "QuantizeLinear_Input")
             if output_type != "float":
                 q_out = t
                 for vi in g.output:
@@ -179,10 +199,7 @@ def emit_quantized(
             new.append(helper.make_node(DQ, [q_out, s, z], [dq_out], name=fresh(f"{t}_DequantizeLinear"), **ax))
         for reader in site.quantized_readers:
             rewire[reader] = dq_out
-        if site.producer is None:
-            pre.extend(new)
-        else:
-            after.setdefault(site.producer, []).extend(new)
+        r.place(site.producer, new)
 
     for w, site in plan.weights.items():
         wq = weights[w]
@@ -206,9 +223,7 @@ def emit_quantized(
         pre.append(helper.make_node(DQ, [qi, s, z], [out], name=fresh(f"{base}_DequantizeLinear"), axis=0))
         rewire[(node, site.index)] = out
 
-    _finish(m, pre, after, rewire, out_renames, inits)
-    m.producer_name = "bpuemu"
-    return m
+    return r.finish()
 
 
 def _floats(a) -> List[float]:
@@ -226,13 +241,8 @@ def emit_calibrated(
     corrections: Optional[Dict[str, np.ndarray]] = None,
 ) -> onnx.ModelProto:
     corrections = corrections or {}
-    m = copy.deepcopy(plan.model)
-    idx = GraphIndex(m)
-    fresh = _Names(m)
-    pre: List[onnx.NodeProto] = []
-    after: Dict[str, List[onnx.NodeProto]] = {}
-    rewire: Dict[Tuple[str, int], str] = {}
-    out_renames: Dict[Tuple[str, int], str] = {}
+    r = _Rewrite(plan)
+    fresh, rewire = r.fresh, r.rewire
 
     def calib_node(t: str, src: str, out: str, kind: str, q) -> onnx.NodeProto:
         per_channel = q.axis is not None if kind == "activation" else True
@@ -251,36 +261,31 @@ def emit_calibrated(
     for t, site in plan.activations.items():
         q = acts[t]
         if site.is_graph_output and site.producer_on_bpu:
-            src = fresh(f"{t}_HzCalibration_Input")
-            prod = idx.producer[t]
-            out_renames[(prod.name, list(prod.output).index(t))] = src
+            src = r.hand_over_output(t, "HzCalibration_Input")
             out = t
         else:
             src, out = t, fresh(f"{t}_HzCalibration_Output")
         node = calib_node(t, src, out, "activation", q)
         for reader in site.quantized_readers:
             rewire[reader] = out
-        (pre if site.producer is None else after.setdefault(site.producer, [])).append(node)
+        r.place(site.producer, [node])
 
     for w, site in plan.weights.items():
         out = fresh(f"{w}_HzCalibration_Output")
-        pre.append(calib_node(w, w, out, "weight", weights[w]))
+        r.pre.append(calib_node(w, w, out, "weight", weights[w]))
         for reader in site.readers:
             rewire[reader] = out
 
-    inits: List[TensorProto] = []
     for node, b in corrections.items():
         site = plan.biases.get(node)
         if site is None:
             continue
         name = fresh(f"{site.tensor or node + '_bias'}_corrected")
-        inits.append(numpy_helper.from_array(np.asarray(b, np.float32), name))
+        r.inits.append(numpy_helper.from_array(np.asarray(b, np.float32), name))
         rewire[(node, site.index)] = name
 
-    _finish(m, pre, after, rewire, out_renames, inits)
-    m.opset_import.append(helper.make_opsetid(HORIZON_DOMAIN, 1))
-    m.producer_name = "bpuemu"
-    return m
+    r.model.opset_import.append(helper.make_opsetid(HORIZON_DOMAIN, 1))
+    return r.finish()
 
 
 def calibration_nodes(model: onnx.ModelProto) -> List[onnx.NodeProto]:
