@@ -352,3 +352,21 @@ def test_calibration_type_load_places_the_qat_model_on_its_float_graph(tmp_path)
         assert np.array_equal(got, qsess.run(None, {"data": to_model_input(page[None], spec)})[0])
         qat_out = qat_sess.run(None, {"data": normalised(page)})[0]
         assert np.abs(got - qat_out).max() <= lsb * 1.001, (got, qat_out)
+
+
+def test_the_float_model_is_read_once_per_run(tmp_path, monkeypatch):
+    """Config completion, the custom-op check and the pipeline share one read of the float
+    model (a large model was parsed three times per run)."""
+    cfg, onnx_path = sample_project(tmp_path, "nv12", "", samples=2)
+    reads = []
+    real_load = onnx.load
+
+    def counting_load(f, *args, **kwargs):
+        if os.path.abspath(str(f)) == os.path.abspath(onnx_path):
+            reads.append(f)
+        return real_load(f, *args, **kwargs)
+
+    monkeypatch.setattr(onnx, "load", counting_load)
+    art = makertbin_from_config(cfg)
+    assert os.path.isfile(art.bin)
+    assert len(reads) == 1, reads
