@@ -24,7 +24,8 @@ from onnx import numpy_helper
 from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.tools.static_perf.strategy import DEFAULT_STRATEGY, CompileStrategy
 from bpuemu.host.tools.static_perf.x5 import KINDS, X5Bpu, align
-from bpuemu.host.compiler.plan import DQ, Q, attribute, np_dtype, piece_tensors, value_shape
+from bpuemu.host.compiler.plan import attribute, np_dtype, piece_tensors, value_shape
+from bpuemu.host.onnxgraph import DQ, Q, GraphIndex
 
 Shape = Tuple[int, ...]
 
@@ -144,27 +145,21 @@ def aligned_shape(shape: Shape, channel_align: int) -> Shape:
 
 # --- the piece --------------------------------------------------------------------
 
-class _Piece:
+class _Piece(GraphIndex):
+    """A piece's graph (bpuemu.host.onnxgraph.GraphIndex) with the tensor lookups through Q/DQ the costs need."""
+
     def __init__(self, model: onnx.ModelProto):
-        g = model.graph
+        super().__init__(model)
         self.vis = piece_tensors(model)
-        self.inits = {t.name: t for t in g.initializer}
-        self.graph_inputs = {i.name for i in g.input if i.name not in self.inits}
-        self.graph_outputs = {o.name for o in g.output}
-        self.producer = {o: n for n in g.node for o in n.output if o}
-        self.consumers: Dict[str, List[onnx.NodeProto]] = {}
-        for n in g.node:
-            for i in n.input:
-                if i:
-                    self.consumers.setdefault(i, []).append(n)
-        self.nodes = list(g.node)
+        self.graph_inputs = set(self.inputs)
+        self.graph_outputs = set(self.outputs)
 
     def behind_dq(self, t: str) -> str:
         p = self.producer.get(t)
         return p.input[0] if p is not None and p.op_type == DQ else t
 
     def after_q(self, t: str) -> str:
-        cons = self.consumers.get(t, [])
+        cons = self.readers(t)
         if cons and all(c.op_type == Q for c in cons) and t not in self.graph_outputs:
             return cons[0].output[0]
         return t
@@ -172,9 +167,9 @@ class _Piece:
     def compute_readers(self, t: str) -> List[onnx.NodeProto]:
         """The non-Q/DQ nodes reading ``t``, looking through DequantizeLinear."""
         out = []
-        for c in self.consumers.get(t, []):
+        for c in self.readers(t):
             if c.op_type == DQ:
-                out.extend(n for n in self.consumers.get(c.output[0], []) if n.op_type not in (Q, DQ))
+                out.extend(n for n in self.readers(c.output[0]) if n.op_type not in (Q, DQ))
             elif c.op_type != Q:
                 out.append(c)
         return out
