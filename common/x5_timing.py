@@ -99,9 +99,11 @@ class ModelSteps:
 
 
 def on_bpu(step: model_pb2.PlanStep) -> bool:
-    """Where the X5 runs a plan step: BPU subgraphs, and the input conversion compiled into one."""
+    """Where the X5 runs a plan step: BPU subgraphs, the input conversion compiled into one, and the
+    steps the timing model marked (``x5_on_bpu``: CPU ops of the plan that the X5 runs on its BPU)."""
     kind = model_pb2.PlanStep
-    return step.kind == kind.BPU_SUBGRAPH or (step.kind == kind.PREPROCESS and step.fused_into_subgraph)
+    return step.kind == kind.BPU_SUBGRAPH or (step.kind == kind.PREPROCESS and step.fused_into_subgraph) \
+        or step.x5_on_bpu
 
 
 def has_timing(model: model_pb2.Model) -> bool:

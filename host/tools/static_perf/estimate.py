@@ -6,10 +6,10 @@ import numpy as np
 
 from bpuemu.common import x5_timing
 from bpuemu.common.proto import model_pb2
-from bpuemu.host.tools.static_perf.layers import Layer, io_tensors, subgraph_layers
+from bpuemu.host.tools.static_perf.layers import X5_BPU_EXTRA, Layer, io_tensors, subgraph_layers
 from bpuemu.host.tools.static_perf.strategy import CompileStrategy, strategy_of
 from bpuemu.host.tools.static_perf.x5 import KINDS, X5_BPU, X5Bpu
-from bpuemu.host.compiler.plan import Kind, PlanView, piece_model
+from bpuemu.host.compiler.plan import DQ, Q, Kind, PlanView, piece_model
 
 MB = float(1 << 20)
 
@@ -65,9 +65,11 @@ class StepEstimate:
 
     name: str
     kind: str                  # Preprocess | CPU op | Dequantize | Quantize | layout convert
-    on_bpu: bool               # the input conversion compiled into the BPU subgraph
+    on_bpu: bool               # the input conversion compiled into the BPU subgraph, a CPU op the X5 runs on the BPU
     elements: int
     latency_us: float
+    #: a CPU op the X5 runs on its BPU: its layers, costed as a BPU piece
+    layers: Optional["SubgraphEstimate"] = None
 
 
 @dataclass
@@ -186,29 +188,69 @@ def step_us(step: model_pb2.PlanStep, elements: int, bpu: X5Bpu) -> float:
     return elements * bpu.convert_elem_ns / 1e3
 
 
+def x5_runs_on_bpu(step: model_pb2.PlanStep) -> bool:
+    """A CPU op of the plan that the X5 runs on its BPU: every operator of it is one the X5 places there."""
+    ops = [t for t in step.op_types if t not in (Q, DQ)]
+    return step.kind == Kind.CPU_OP and bool(ops) and all(t in X5_BPU_EXTRA for t in ops)
+
+
+def _charge_subgraph_overheads(subgraphs: List[SubgraphEstimate], steps: List[tuple], bpu: X5Bpu) -> None:
+    """One subgraph overhead per run of consecutive BPU work on the X5 (steps of no time in between do
+    not break a run): the X5 compiles such a run as one BPU graph."""
+    by_name = {s.name: s for s in subgraphs}
+    previous_bpu = False
+    for name, on_bpu, us in steps:
+        sub = by_name.get(name)
+        if sub is not None:
+            sub.overhead_us = 0.0 if previous_bpu else float(bpu.subgraph_overhead_us)
+        if us > 0 or on_bpu:
+            previous_bpu = on_bpu
+
+
 def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU,
                    strategy: Optional[CompileStrategy] = None) -> ModelEstimate:
     """Estimate every plan step of ``model`` (BPU subgraphs per layer, from their ONNX pieces),
     compiled with ``strategy`` (default: the compile_mode / optimize_level the model records)."""
     strategy = strategy or strategy_of(model)
     view = PlanView(model, blobs)
-    subgraphs, cpu, plan = [], [], []
+    subgraphs, cpu, order = [], [], []
     for step in model.plan:
-        if step.kind == Kind.BPU_SUBGRAPH:
+        if step.kind == Kind.BPU_SUBGRAPH or x5_runs_on_bpu(step):
             piece = piece_model(blobs[step.blob])
             inputs, outputs = io_tensors(piece)
             sub = SubgraphEstimate(step.name, subgraph_layers(piece, bpu, strategy), inputs, outputs,
                                    float(bpu.subgraph_overhead_us))
-            subgraphs.append(sub)
-            plan.append((step.name, True, sub.latency_us))
+            if step.kind == Kind.BPU_SUBGRAPH:
+                subgraphs.append(sub)
+                order.append(sub)
+            else:   # a CPU op of the plan that the X5 runs on its BPU
+                est = StepEstimate(step.name, "CPU op (BPU on the X5)", True, step_elements(model, view, step), 0.0)
+                est.layers = sub
+                cpu.append(est)
+                order.append(est)
         else:
             elements = step_elements(model, view, step)
             est = StepEstimate(step.name, _STEP_KIND.get(step.kind, "CPU op"), x5_timing.on_bpu(step), elements,
                                step_us(step, elements, bpu))
             cpu.append(est)
-            plan.append((step.name, est.on_bpu, est.latency_us))
+            order.append(est)
+    plan = _plan(order)
+    _charge_subgraph_overheads([o.layers if isinstance(o, StepEstimate) else o for o in order
+                                if isinstance(o, SubgraphEstimate) or o.layers is not None], plan, bpu)
     output_bytes = sum(int(p.aligned_byte_size) for p in model.outputs)
-    return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy, plan, output_bytes)
+    return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy, _plan(order), output_bytes)
+
+
+def _plan(order) -> List[tuple]:
+    out = []
+    for o in order:
+        if isinstance(o, SubgraphEstimate):
+            out.append((o.name, True, o.latency_us))
+        else:
+            if o.layers is not None:
+                o.latency_us = o.layers.latency_us
+            out.append((o.name, o.on_bpu, o.latency_us))
+    return out
 
 
 def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU) -> str:
@@ -217,7 +259,7 @@ def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
 
 
 #: Bumped whenever plan_features' output changes (bench/x5_fit.py caches features by it).
-FEATURES_VERSION = "1"
+FEATURES_VERSION = "2"
 
 
 @dataclass
@@ -249,9 +291,15 @@ def plan_features(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
     others = iter(est.cpu_steps)
     steps = []
     for step in model.plan:
-        f = StepFeatures(step.name, step.kind, step.fused_into_subgraph, tuple(step.perm), on_bpu=x5_timing.on_bpu(step))
-        if step.kind == Kind.BPU_SUBGRAPH:
-            layers = next(subs).layers
+        f = StepFeatures(step.name, step.kind, step.fused_into_subgraph, tuple(step.perm),
+                         on_bpu=x5_timing.on_bpu(step) or x5_runs_on_bpu(step))
+        if step.kind == Kind.BPU_SUBGRAPH or x5_runs_on_bpu(step):
+            if step.kind == Kind.BPU_SUBGRAPH:
+                layers = next(subs).layers
+            else:
+                other = next(others)
+                f.elements = other.elements
+                layers = other.layers.layers
             f.layers = {"kind": np.array([KINDS.index(x.kind) for x in layers], dtype=np.int64),
                         "work": np.array([x.work for x in layers], dtype=np.float64),
                         "repacked": np.array([x.repacked_bytes for x in layers], dtype=np.float64),
@@ -266,13 +314,16 @@ def plan_features(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
 def plan_times(feat: PlanFeatures, bpu: X5Bpu) -> x5_timing.ModelSteps:
     """The modeled steps of a plan from its features: the same formulas as estimate_model."""
     out = []
+    previous_bpu = False
     for f in feat.steps:
         if f.layers is not None:
             _, _, cycles = bpu.layer_cycles(f.layers["kind"], f.layers["work"], f.layers["repacked"], f.layers["ddr"],
                                             f.layers["fused"], feat.overlaps)
-            us = float(bpu.subgraph_overhead_us) + float(np.sum(bpu.us(cycles)))
+            us = (0.0 if previous_bpu else float(bpu.subgraph_overhead_us)) + float(np.sum(bpu.us(cycles)))
         else:
             us = step_us(f, f.elements, bpu)
+        if us > 0 or f.on_bpu:
+            previous_bpu = f.on_bpu
         out.append(x5_timing.StepTime(f.name, f.on_bpu, us))
     overhead = float(bpu.task_overhead_us + feat.output_bytes * bpu.output_byte_ns / 1e3)
     return x5_timing.ModelSteps(feat.model_name, tuple(out), overhead, bpu.source)
@@ -282,8 +333,9 @@ def annotate(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BP
     """The compile step that stores the X5 timing in ``model`` (each PlanStep.x5_us, Model.x5_timing),
     as the real compiler's output carries its estimate; returns the estimate."""
     est = estimate_model(model, blobs, bpu)
-    for step, (name, _, us) in zip(model.plan, est.plan):
+    for step, (name, on_bpu, us) in zip(model.plan, est.plan):
         step.x5_us = us
+        step.x5_on_bpu = on_bpu and step.kind == Kind.CPU_OP
     model.x5_timing.parameters = bpu.source
     model.x5_timing.ddr_bytes = int(est.ddr_bytes)
     model.x5_timing.task_overhead_us = est.task_overhead_us

@@ -283,6 +283,22 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrateg
 #: Lookup-table activations: the BPU type HzLut (bpuemu.host.compiler.optable).
 LUT_TYPES = ("HzLut",)
 
+#: Operators bpuemu's plan runs on the CPU that the X5's compiler places on the BPU (the pieces of an
+#: exported LayerNorm, GELU, Softmax or L2 normalization, shape ops, large-kernel convolutions), with
+#: the timing model's kind: a CPU op made only of these is costed as BPU work (``x5_on_bpu``).
+X5_BPU_EXTRA = {
+    "Div": "lut", "Sqrt": "lut", "Reciprocal": "lut", "Erf": "lut", "Log": "lut", "Sin": "lut", "Cos": "lut",
+    "Softplus": "lut", "Elu": "lut", "Gelu": "lut",
+    "ReduceMax": "vector", "ReduceSum": "vector", "ReduceMin": "vector", "ReduceL2": "vector", "ReduceMean": "vector",
+    "Clip": "vector", "Max": "vector", "Min": "vector", "Abs": "vector", "Neg": "vector", "Relu": "vector",
+    "Equal": "vector", "Greater": "vector", "Less": "vector", "Where": "vector", "Softmax": "vector",
+    "LayerNormalization": "vector", "InstanceNormalization": "vector", "BatchNormalization": "vector",
+    "Transpose": "move", "Expand": "move", "Tile": "move", "Gather": "move", "Concat": "move", "Slice": "move",
+    "Split": "move", "Pad": "move", "DepthToSpace": "move", "SpaceToDepth": "move",
+    "Squeeze": "view", "Unsqueeze": "view", "Reshape": "view", "Flatten": "view",
+    "Conv": "conv",
+}
+
 
 def layer_kind(node: onnx.NodeProto, p: "_Piece", op, unit: str) -> str:
     """The timing model's kind of a layer (``x5.KINDS``)."""
@@ -298,6 +314,11 @@ def layer_kind(node: onnx.NodeProto, p: "_Piece", op, unit: str) -> str:
             weights = len(node.input) > 1 and p.behind_dq(node.input[1]) in p.inits
             return "conv1x1" if weights else "matmul"
         return "conv1x1"                    # Gemm
+    if op is None and node.op_type in X5_BPU_EXTRA:
+        kind = X5_BPU_EXTRA[node.op_type]
+        if kind == "conv":
+            return "dwconv" if int(attribute(node, "group", 1)) > 1 else "conv"
+        return kind
     if unit in ("move", "view"):
         return unit
     return "lut" if op is not None and op.bpu_type in LUT_TYPES else "vector"
