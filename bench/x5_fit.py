@@ -44,6 +44,8 @@ DEFAULT_CSV = os.path.join(os.path.dirname(ROOT), "shared", "x5", "x5_fit.csv")
 if not os.path.exists(DEFAULT_CSV):
     DEFAULT_CSV = "/work/shared/x5/x5_fit.csv"
 DEFAULT_BINS = "/work/x5cache/bin"
+#: Each parameter stays within this factor (e**BOUND = 100x) of its physical starting value.
+BOUND = np.log(100.0)
 X5_PY = os.path.join(ROOT, "host", "tools", "static_perf", "x5.py")
 
 
@@ -137,7 +139,7 @@ class Fit:
             for _ in range(8):
                 step = -np.linalg.solve(A + lam * np.diag(np.diag(A) + 1e-9), g)
                 step = np.clip(step, -2.0, 2.0)
-                xn = x + step
+                xn = np.clip(x + step, self.x0 - BOUND, self.x0 + BOUND)
                 rn = self.residuals(xn, data)
                 cn = float(rn @ rn)
                 if cn < cost:

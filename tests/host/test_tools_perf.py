@@ -113,6 +113,7 @@ def test_layer_details_follow_the_static_model(bins, tmp_path, capsys, monkeypat
         if layer["kind"] in ("conv", "conv1x1", "matmul"):      # aligned MACs at the kind's rate, + the layer's fixed cost
             rate = bpu.rates()[KINDS.index(layer["kind"])]
             assert rate < 5000                                  # 10 TOPS at 1 GHz is the peak
+            rate *= layer["pixels"] / (layer["pixels"] + bpu.mac_half_pixels)     # small feature maps fill it less
             assert layer["compute_us"] == pytest.approx(layer["aligned_ops"] / 2 / rate / 1000 + bpu.layer_overhead_us)
         ddr_us = (layer["loaded_bytes"] + layer["stored_bytes"]) / bpu.ddr_bytes_per_s * 1e6
         assert layer["load_store_us"] == pytest.approx(ddr_us)

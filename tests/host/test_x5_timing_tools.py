@@ -132,8 +132,8 @@ def test_a_bin_made_before_the_model_says_rebuild(tmp_path, capsys, monkeypatch)
 
 # --- the op-kind costs ----------------------------------------------------------------------
 
-def _layer_us(kind: str, work: float, ddr: float = 0.0) -> float:
-    _, _, cycles = X5_BPU.layer_cycles(KINDS.index(kind), work, 0.0, ddr, False)
+def _layer_us(kind: str, work: float, ddr: float = 0.0, pixels=None) -> float:
+    _, _, cycles = X5_BPU.layer_cycles(KINDS.index(kind), work, 0.0, ddr, False, True, pixels)
     return float(X5_BPU.us(cycles))
 
 
@@ -172,7 +172,15 @@ def test_conv_costs_follow_channel_alignment_and_groups(tmp_path):
     assert k3.kind == "conv" and k3.work == 9 * c16.work
     dw = layer(16, 16, 3, group=16)
     assert dw.kind == "dwconv" and dw.work == 32 * 32 * 16 * 9
-    assert dw.compute_us == pytest.approx(X5_BPU.layer_overhead_us + dw.work / X5_BPU.dwconv_macs_per_cycle / 1e3)
+    fill = 1024 / (1024 + X5_BPU.mac_half_pixels)              # a 32x32 output fills the MAC array this much
+    assert dw.pixels == 1024
+    assert dw.compute_us == pytest.approx(X5_BPU.layer_overhead_us + dw.work / (X5_BPU.dwconv_macs_per_cycle * fill) / 1e3)
+
+
+def test_small_feature_maps_fill_the_mac_array_less():
+    per_mac = [_layer_us("conv", 1e7, pixels=px) for px in (49, 196, 784, 3136, 12544)]
+    assert all(b < a for a, b in zip(per_mac, per_mac[1:]))
+    assert per_mac[-1] == pytest.approx(_layer_us("conv", 1e7), rel=0.01)   # a large map: the full rate
 
 
 def test_every_parameter_says_where_it_comes_from():

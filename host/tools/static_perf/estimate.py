@@ -259,7 +259,7 @@ def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
 
 
 #: Bumped whenever plan_features' output changes (bench/x5_fit.py caches features by it).
-FEATURES_VERSION = "2"
+FEATURES_VERSION = "3"
 
 
 @dataclass
@@ -304,7 +304,8 @@ def plan_features(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
                         "work": np.array([x.work for x in layers], dtype=np.float64),
                         "repacked": np.array([x.repacked_bytes for x in layers], dtype=np.float64),
                         "ddr": np.array([x.loaded_bytes + x.stored_bytes for x in layers], dtype=np.float64),
-                        "fused": np.array([bool(x.fused_into) for x in layers], dtype=bool)}
+                        "fused": np.array([bool(x.fused_into) for x in layers], dtype=bool),
+                        "pixels": np.array([x.pixels for x in layers], dtype=np.float64)}
         else:
             f.elements = next(others).elements
         steps.append(f)
@@ -318,7 +319,7 @@ def plan_times(feat: PlanFeatures, bpu: X5Bpu) -> x5_timing.ModelSteps:
     for f in feat.steps:
         if f.layers is not None:
             _, _, cycles = bpu.layer_cycles(f.layers["kind"], f.layers["work"], f.layers["repacked"], f.layers["ddr"],
-                                            f.layers["fused"], feat.overlaps)
+                                            f.layers["fused"], feat.overlaps, f.layers["pixels"])
             us = (0.0 if previous_bpu else float(bpu.subgraph_overhead_us)) + float(np.sum(bpu.us(cycles)))
         else:
             us = step_us(f, f.elements, bpu)

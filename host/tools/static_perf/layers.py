@@ -47,6 +47,7 @@ class Layer:
     kind: str = "vector"          # the timing model's kind (x5.KINDS)
     work: float = 0.0             # what the kind's rate divides: MACs, elements or bytes
     repacked_bytes: float = 0.0
+    pixels: int = 1               # the output's H x W (rows of a matrix product)
     compute_us: float = 0.0
     load_store_us: float = 0.0
     latency_us: float = 0.0
@@ -269,9 +270,10 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrateg
         layer.kind, layer.work = layer_kind(node, p, op, unit), 0.0
         layer.work = _work(layer, p, node)
         layer.repacked_bytes = repacked
+        layer.pixels = _pixels(out_shape)
         compute, memory, cycles = (float(v) for v in bpu.layer_cycles(
             KINDS.index(layer.kind), layer.work, repacked, layer.loaded_bytes + layer.stored_bytes,
-            bool(layer.fused_into), strategy.overlaps))
+            bool(layer.fused_into), strategy.overlaps, layer.pixels))
         layer.compute_us, layer.load_store_us, layer.latency_us = bpu.us(compute), bpu.us(memory), bpu.us(cycles)
         layer.start_us = bpu.us(clock)
         clock += cycles
@@ -322,6 +324,13 @@ def layer_kind(node: onnx.NodeProto, p: "_Piece", op, unit: str) -> str:
     if unit in ("move", "view"):
         return unit
     return "lut" if op is not None and op.bpu_type in LUT_TYPES else "vector"
+
+
+def _pixels(shape: Shape) -> int:
+    """H x W of an NCHW output; the rows of anything else (all but the last dim)."""
+    if len(shape) == 4:
+        return max(int(shape[2]) * int(shape[3]), 1)
+    return max(_prod(shape[:-1]), 1) if len(shape) >= 2 else 1
 
 
 def _work(layer: Layer, p: "_Piece", node: onnx.NodeProto) -> float:

@@ -21,7 +21,8 @@ The model, per frame of a compiled plan:
                             (Concat, Transpose, Resize, Slice, Split, Pad)
                     view    0                             (Reshape, Flatten)
                     "aligned": channels padded to channel_align (NHWC; a conv pays the
-                    padding of its output and input channels per group)
+                    padding of its output and input channels per group); the MAC kinds'
+                    rate falls on small feature maps: x HW / (HW + mac_half_pixels)
                   + repacked bytes / move_bytes_per_cycle (compile_mode bandwidth)
         memory    = DDR bytes / ddr_bytes_per_cycle
                     loaded: weights, the subgraph's inputs, spilled intermediates (a tensor
@@ -60,6 +61,9 @@ import numpy as np
 #: Layer kinds of the model, in the order of the fit's feature arrays.
 KINDS = ("conv", "conv1x1", "dwconv", "matmul", "vector", "lut", "move", "view")
 
+#: KINDS[:MAC_KINDS] run on the MAC array.
+MAC_KINDS = 4
+
 SPEC, ASSUMED, FITTED = "X5 published specification", "assumed", "fitted"
 
 
@@ -89,6 +93,7 @@ START_VALUES = {
     "convert_elem_ns": 2.0,
     "task_overhead_us": 200.0,
     "output_byte_ns": 1.0,
+    "mac_half_pixels": 64.0,
 }
 # FITTED-BEGIN (bench/x5_fit.py rewrites the block between these markers)
 FIT_SOURCE = "initial values, not fitted yet"
@@ -108,6 +113,7 @@ FITTED_VALUES = {
     "convert_elem_ns": 2.0,
     "task_overhead_us": 200.0,
     "output_byte_ns": 1.0,
+    "mac_half_pixels": 64.0,
 }
 # FITTED-END
 
@@ -127,6 +133,8 @@ _FITTED_DOCS = {
     "convert_elem_ns": ("ns/element", "_HzDequantize / _HzQuantize / layout convert on an A55 core, per element"),
     "task_overhead_us": ("us", "per frame on the CPU: the runtime's task submission and completion"),
     "output_byte_ns": ("ns/byte", "per frame on the CPU, per byte of the model's outputs: handing the output buffers over"),
+    "mac_half_pixels": ("pixels", "output H x W at which the MAC array runs at half its rate (small feature maps fill "
+                                  "it poorly: rate x HW / (HW + this))"),
 }
 
 
@@ -195,14 +203,18 @@ class X5Bpu:
     def cycles(self, us):
         return us * self.clock_hz / 1e6
 
-    def layer_cycles(self, kind, work, repacked, ddr_bytes, fused, overlaps: bool = True):
+    def layer_cycles(self, kind, work, repacked, ddr_bytes, fused, overlaps: bool = True, pixels=None):
         """(compute, memory, latency) cycles of layers: numpy arrays (or scalars) of their features.
 
-        ``kind`` indexes ``KINDS``; ``fused`` layers run in the output stage of the layer before.
+        ``kind`` indexes ``KINDS``; ``fused`` layers run in the output stage of the layer before;
+        ``pixels``: the output's H x W (the MAC kinds' rate falls on small feature maps).
         """
         rates = self.rates()
         kind = np.asarray(kind, dtype=np.int64)
         rate = rates[kind]
+        if pixels is not None:
+            px = np.asarray(pixels, dtype=np.float64)
+            rate = np.where(kind < MAC_KINDS, rate * px / (px + self.mac_half_pixels), rate)
         compute = np.where(rate > 0, np.asarray(work, dtype=np.float64) / np.where(rate > 0, rate, 1.0), 0.0)
         active = ~np.asarray(fused, dtype=bool) & (kind != KINDS.index("view"))
         compute = np.where(active, compute + self.cycles(self.layer_overhead_us), 0.0)
