@@ -21,7 +21,8 @@ bench/x5_timing.py builds them). The procedure:
    of each model's 1-thread latency and FPS at its published thread count, every model weighted
    alike (a model missing a figure has one residual, weighted up to count as one model), with a
    weak pull of each parameter towards its starting value (ridge 0.01 on log scale) so that a
-   parameter the data cannot see stays where physics put it.
+   parameter the data cannot see stays where physics put it; the CPU parameters (x5.NOT_FITTED) are
+   not fitted at all: the fast-perf fit set runs everything on the BPU.
 4. Held-out figures: the same fit K times, each leaving a fold of models out and predicting them
    (5-fold): what the model does on models not used for fitting.
 5. The fitted values are written into x5.py between its FITTED markers, with the date.
@@ -223,7 +224,7 @@ def main(argv=None) -> int:
 
     from bpuemu.common.container import read_bin
     from bpuemu.host.tools.static_perf.estimate import estimate_model
-    from bpuemu.host.tools.static_perf.x5 import FITTED_VALUES, START_VALUES, X5_BPU
+    from bpuemu.host.tools.static_perf.x5 import FITTED_VALUES, NOT_FITTED, START_VALUES, X5_BPU
 
     rows = read_rows(args.csv)
     data, missing = [], []
@@ -247,7 +248,7 @@ def main(argv=None) -> int:
     assert abs(lat - ref.latency_1thread_ms) < 1e-6 * max(1.0, lat) and abs(fps - ref.fps) < 1e-6 * max(1.0, fps), \
         (lat, ref.latency_1thread_ms, fps, ref.fps)
 
-    names = list(FITTED_VALUES)
+    names = [n for n in FITTED_VALUES if n not in NOT_FITTED]
     fit = Fit(names, dict(START_VALUES))
     if args.evaluate:
         print(table(f"current parameters on {len(data)} fit-set models", evaluate(data, X5_BPU)))
@@ -270,7 +271,8 @@ def main(argv=None) -> int:
         print(f"  {n:<24} {fitted[n]:12.6g}   (start {START_VALUES[n]:g})")
     if not args.dry_run:
         today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
-        write_parameters(fitted, f"fitted by bench/x5_fit.py on x5_fit.csv ({len(data)} models), {today}")
+        values = {n: (fitted[n] if n in fitted else START_VALUES[n]) for n in FITTED_VALUES}
+        write_parameters(values, f"fitted by bench/x5_fit.py on x5_fit.csv ({len(data)} models), {today}")
         print(f"\nwrote the fitted values into {X5_PY}")
     return 0
 
