@@ -96,24 +96,24 @@ START_VALUES = {
     "mac_half_pixels": 64.0,
 }
 # FITTED-BEGIN (bench/x5_fit.py rewrites the block between these markers)
-FIT_SOURCE = "initial values, not fitted yet"
+FIT_SOURCE = 'fitted by bench/x5_fit.py on x5_fit.csv (39 models), 2026-12-01'
 FITTED_VALUES = {
-    "conv_efficiency": 0.35,
-    "conv1x1_efficiency": 0.25,
-    "dwconv_macs_per_cycle": 128.0,
-    "matmul_efficiency": 0.10,
-    "vector_elems_per_cycle": 64.0,
-    "lut_elems_per_cycle": 32.0,
-    "move_bytes_per_cycle": 64.0,
-    "ddr_bytes_per_cycle": 8.0,
-    "layer_overhead_us": 2.0,
-    "subgraph_overhead_us": 30.0,
-    "cpu_elem_ns": 5.0,
-    "cpu_op_overhead_us": 20.0,
-    "convert_elem_ns": 2.0,
-    "task_overhead_us": 200.0,
-    "output_byte_ns": 1.0,
-    "mac_half_pixels": 64.0,
+    'conv_efficiency': 0.480734,
+    'conv1x1_efficiency': 0.471265,
+    'dwconv_macs_per_cycle': 571.152,
+    'matmul_efficiency': 0.00284206,
+    'vector_elems_per_cycle': 240.527,
+    'lut_elems_per_cycle': 33.8839,
+    'move_bytes_per_cycle': 29.8852,
+    'ddr_bytes_per_cycle': 29.3668,
+    'layer_overhead_us': 1.45382,
+    'subgraph_overhead_us': 10.7527,
+    'cpu_elem_ns': 5,
+    'cpu_op_overhead_us': 20,
+    'convert_elem_ns': 2,
+    'task_overhead_us': 174.484,
+    'output_byte_ns': 2.33442,
+    'mac_half_pixels': 284.42,
 }
 # FITTED-END
 
