@@ -194,17 +194,18 @@ def x5_runs_on_bpu(step: model_pb2.PlanStep) -> bool:
     return step.kind == Kind.CPU_OP and bool(ops) and all(t in X5_BPU_EXTRA for t in ops)
 
 
-def _charge_subgraph_overheads(subgraphs: List[SubgraphEstimate], steps: List[tuple], bpu: X5Bpu) -> None:
-    """One subgraph overhead per run of consecutive BPU work on the X5 (steps of no time in between do
-    not break a run): the X5 compiles such a run as one BPU graph."""
-    by_name = {s.name: s for s in subgraphs}
+def _charge_subgraph_overheads(order, bpu: X5Bpu) -> None:
+    """One subgraph overhead per run of consecutive BPU work on the X5: the X5 compiles such a run as one
+    BPU graph. Steps of no time in between do not break a run; the input conversion compiled into a
+    subgraph belongs to the run that subgraph starts."""
     previous_bpu = False
-    for name, on_bpu, us in steps:
-        sub = by_name.get(name)
+    for o in order:
+        sub = o if isinstance(o, SubgraphEstimate) else o.layers
         if sub is not None:
             sub.overhead_us = 0.0 if previous_bpu else float(bpu.subgraph_overhead_us)
-        if us > 0 or on_bpu:
-            previous_bpu = on_bpu
+            previous_bpu = True
+        elif o.kind != "Preprocess" and (o.latency_us > 0 or o.on_bpu):
+            previous_bpu = o.on_bpu
 
 
 def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU,
@@ -234,9 +235,7 @@ def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu =
                                step_us(step, elements, bpu))
             cpu.append(est)
             order.append(est)
-    plan = _plan(order)
-    _charge_subgraph_overheads([o.layers if isinstance(o, StepEstimate) else o for o in order
-                                if isinstance(o, SubgraphEstimate) or o.layers is not None], plan, bpu)
+    _charge_subgraph_overheads(order, bpu)
     output_bytes = sum(int(p.aligned_byte_size) for p in model.outputs)
     return ModelEstimate(model.name, subgraphs, bpu, cpu, strategy, _plan(order), output_bytes)
 
@@ -323,7 +322,9 @@ def plan_times(feat: PlanFeatures, bpu: X5Bpu) -> x5_timing.ModelSteps:
             us = (0.0 if previous_bpu else float(bpu.subgraph_overhead_us)) + float(np.sum(bpu.us(cycles)))
         else:
             us = step_us(f, f.elements, bpu)
-        if us > 0 or f.on_bpu:
+        if f.layers is not None:
+            previous_bpu = True
+        elif f.kind != Kind.PREPROCESS and (us > 0 or f.on_bpu):
             previous_bpu = f.on_bpu
         out.append(x5_timing.StepTime(f.name, f.on_bpu, us))
     overhead = float(bpu.task_overhead_us + feat.output_bytes * bpu.output_byte_ns / 1e3)
