@@ -62,6 +62,7 @@ def test_scripts_run_in_order_on_a_fresh_copy(tmp_path):
 
     out = _run(["./03_build.sh"], cwd=sample)
     assert out.count("== hb_mapper makertbin --config") == 3
+    assert len(re.findall(r"^   output \S+: cosine similarity [0-9.]+ ", out, flags=re.M)) == 3, out
     for name in ("det", "cls", "rec"):
         assert (sample / "model_output" / f"ppocr_{name}.bin").is_file()
     assert (sample / "ppocr_det_160x160_config.yaml").is_file()

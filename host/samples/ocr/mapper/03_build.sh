@@ -15,7 +15,7 @@ for config in "$det_config" ppocr_cls_config.yaml ppocr_rec_config.yaml; do
   echo "== hb_mapper makertbin --config $config --model-type onnx"
   start=$(date +%s)
   hb_mapper makertbin --config "$config" --model-type onnx > makertbin.out 2>&1 || { cat makertbin.out; exit 1; }
-  grep -E "Cosine|cosine" makertbin.out | tail -n 3 || true
+  grep -E "INFO (output .*cosine similarity|Select )|WARNING output" makertbin.out | sed 's/^.* \(INFO\|WARNING\) /   /' || true
   echo "   done in $(( $(date +%s) - start )) s; log: hb_mapper_makertbin.log"
 done
 rm -f makertbin.out
