@@ -42,9 +42,9 @@ def featuremaps(count: int, seed: int, size: int = SIZE):
     return [{n: rng.standard_normal((1, 3, size, size)).astype(np.float32) for n in "ab"} for _ in range(count)]
 
 
-def convert(directory: str, model: onnx.ModelProto, prefix: str, samples: int = 8,
-            node_info: Optional[Dict[str, dict]] = None, calibration_type: str = "max"):
-    """makertbin with debug_mode: dump_calibration_data; returns its Artifacts."""
+def write_project(directory: str, model: onnx.ModelProto, prefix: str, samples: int = 8,
+                  node_info: Optional[Dict[str, dict]] = None, calibration_type: str = "max") -> str:
+    """The float model, calibration data and a makertbin yaml (debug_mode: dump_calibration_data); the yaml's path."""
     os.makedirs(directory, exist_ok=True)
     path = os.path.join(directory, f"{prefix}.onnx")
     onnx.save(model, path)
@@ -58,6 +58,10 @@ def convert(directory: str, model: onnx.ModelProto, prefix: str, samples: int = 
     extra = {"debug_mode": "dump_calibration_data"}
     if node_info:
         extra["node_info"] = node_info
-    cfg = write_config(os.path.join(directory, f"{prefix}.yaml"), path, prefix, os.path.join(directory, "out"), inputs,
-                       calibration={"calibration_type": calibration_type}, model_extra=extra)
-    return makertbin_from_config(cfg)
+    return write_config(os.path.join(directory, f"{prefix}.yaml"), path, prefix, os.path.join(directory, "out"), inputs,
+                        calibration={"calibration_type": calibration_type}, model_extra=extra)
+
+
+def convert(directory: str, model: onnx.ModelProto, prefix: str, **kw):
+    """makertbin (in process) on write_project's yaml; returns its Artifacts."""
+    return makertbin_from_config(write_project(directory, model, prefix, **kw))

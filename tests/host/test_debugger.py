@@ -170,6 +170,23 @@ def test_warning_names_node_ranges_and_remedy(det):
         assert text in w, (text, w)
 
 
+def test_hb_mapper_makertbin_logs_the_mixed_range_warning(tmp_path):
+    """What a user sees: the WARNING on the console and in hb_mapper_makertbin.log, once, naming the Concat,
+    its parts' ranges and the remedy."""
+    config = dm.write_project(str(tmp_path / "project"), dm.detector_model(), "det")
+    proc = subprocess.run([os.path.join(_scripts_dir(), "hb_mapper"), "makertbin", "--config", config,
+                           "--model-type", "onnx"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    warning = re.compile(r"^\S+ \S+ WARNING output detections: Concat_det joins parts whose ranges differ \d+x "
+                         r"\(Mul_pixels_out \+-6\d\d(\.\d+)?, Sigmoid_score_out \+-0\.99\d*\) under one int8 scale; "
+                         r"part Sigmoid_score_out keeps \d distinct value\(s\), .* Remedy: .*run_on_cpu: "
+                         r"'Concat_det; Reshape_det; Transpose_det'.*set_model_output_int16$")
+    for where, text in (("console", proc.stdout + proc.stderr),
+                        ("hb_mapper_makertbin.log", (tmp_path / "hb_mapper_makertbin.log").read_text())):
+        lines = [line for line in text.splitlines() if "joins parts" in line]
+        assert len(lines) == 1 and warning.match(lines[0]), (where, lines or text[-3000:])
+
+
 def _check_page(index: str, tmp_path, extra: str = "") -> str:
     """index.html plus a script that records, after load, whether each image decoded."""
     page = os.path.join(os.path.dirname(index), "_images_check.html")
