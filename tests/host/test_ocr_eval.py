@@ -5,6 +5,7 @@ postprocessing on the real PaddleOCR models' outputs; the evaluation command
 end to end on converted models against real hrt_boardd daemons on loopback,
 including a resumed run and a board SIGKILLed mid-run.
 """
+import ast
 import json
 import os
 import subprocess
@@ -319,3 +320,28 @@ def test_board_killed_mid_run_costs_only_its_in_flight_images(full_run, converte
     board_rows = [r for r in rows2 if r["side"] == "board"]
     assert len(board_rows) == len({r["key"] for r in board_rows}) == 27
     assert f"board {a.target}:" in out and "left the run" in out
+
+
+def test_sample_postprocess_script_decodes_dumped_outputs(tmp_path, ppocr):
+    """mapper/postprocess.py on outputs written as hrt_model_exec --enable_dump writes them (raw float32)."""
+    import onnxruntime as ort
+
+    from bpuemu.host.samples.ocr.evaluate import load_rgb
+
+    split = dataset.make(str(tmp_path), seed=9, n_pages=0, n_lines=1, split="evaluation")
+    line = dataset.load_lines(split)[0]
+    img = load_rgb(line.file)
+    upright = img[::-1, ::-1] if line.angle == 180 else img
+    inputs = preprocess.model_inputs()
+    rec = ort.InferenceSession(ppocr["rec"], providers=["CPUExecutionProvider"])
+    rec.run(None, {"x": inputs["rec"].float_input(upright)})[0].astype(np.float32).tofile(tmp_path / "rec.bin")
+    cls = ort.InferenceSession(ppocr["cls"], providers=["CPUExecutionProvider"])
+    cls.run(None, {"x": inputs["cls"].float_input(img)})[0].astype(np.float32).tofile(tmp_path / "cls.bin")
+    script = os.path.join(os.path.dirname(preprocess.__file__), "mapper", "postprocess.py")
+    out = _run([sys.executable, script, "rec", tmp_path / "rec.bin", "--rec_model", ppocr["rec"]], tmp_path)
+    assert out.returncode == 0, out.stderr
+    assert ast.literal_eval(out.stdout.rsplit(" (confidence", 1)[0]).strip() == line.text, (line.text, out.stdout)
+    out = _run([sys.executable, script, "cls", tmp_path / "cls.bin"], tmp_path)
+    assert out.returncode == 0 and out.stdout.startswith(f"{line.angle} degrees"), out.stdout + out.stderr
+    out = _run([sys.executable, script, "det", tmp_path / "cls.bin", "--page", line.file], tmp_path)
+    assert out.returncode == 1 and out.stderr.startswith("ERROR ") and "probability map" in out.stderr

@@ -1,11 +1,12 @@
-"""The OCR sample's workflow, as a user runs it: ``bpuemu-samples copy ocr DIR``, then 01..04 in order.
+"""The OCR sample's workflow, as a user runs it: ``bpuemu-samples copy ocr DIR``, then 01..05 in order.
 
 Small data (OCR_* variables: 4 calibration pages, 8 lines; the detector at
-160x160) keeps it near a minute and a half; the scripts, yaml files and
+160x160) keeps it near a minute and a half (05_evaluate.sh included); the scripts, yaml files and
 defaults are the shipped ones otherwise. Each script must succeed and say
 what it did; 04's board is a local hrt_boardd the script starts and stops,
 and it must agree with the quantized model exactly on every model.
 """
+import json
 import os
 import re
 import subprocess
@@ -73,3 +74,11 @@ def test_scripts_run_in_order_on_a_fresh_copy(tmp_path):
     assert out.count("board vs quantized: max |difference| 0\n") == 3, out
     label = re.search(r"== rec: .*\n.*\n   label: (.*)\n", out)
     assert label and f"   float     {label.group(1)}" in out, out
+
+    out = _run(["./05_evaluate.sh", "--no-progress"], cwd=sample)
+    assert "no --board: starting 1 hrt_boardd on loopback for this run" in out
+    assert "board == quantized on 6 of 6 image(s)" in out, out
+    report = json.loads((sample / "eval_report.json").read_text())
+    assert set(report["scores"]) == {"float", "quantized", "board"} and report["counts"]["board"] == 6
+    again = _run(["./05_evaluate.sh", "--no-progress", "--sides", "float,quantized"], cwd=sample)
+    assert "float: 6 of 6 item(s) already in eval_results.jsonl" in again

@@ -13,6 +13,6 @@ classifier and its PP-OCRv4 recogniser, with labelled synthetic data.
 * ``evaluate``: float ONNX vs quantized ONNX vs the ``.bin`` on boards over the evaluation split
   (``bpuemu-ocr-eval``, the 05_evaluate step);
 * ``mapper/``: the sample workflow, in the shape of the toolchain's conversion samples (01_check.sh,
-  02_preprocess.sh, 03_build.sh, 04_inference.sh, preprocess.py, the three yaml configs); ``bpuemu-samples
+  02_preprocess.sh, 03_build.sh, 04_inference.sh, 05_evaluate.sh, preprocess.py, postprocess.py, the three yaml configs); ``bpuemu-samples
   copy ocr DIR`` copies it out.
 """

@@ -31,7 +31,6 @@ import glob
 import hashlib
 import json
 import os
-import subprocess
 import threading
 import time
 from dataclasses import dataclass, field
@@ -481,26 +480,14 @@ def _on_boards(models: OcrModels, boards: Sequence[str], access, todo: Sequence[
 @contextlib.contextmanager
 def local_boards(count: int, workdir: str, echo: Callable[[str], None] = print):
     """``count`` hrt_boardd daemons on free loopback ports for the run (the embedded default); their targets."""
-    from bpuemu.host.samples.daemon import start_daemon
+    from bpuemu.host.samples.daemon import running_daemon
 
-    procs, targets = [], []
-    try:
+    with contextlib.ExitStack() as stack:
+        targets = []
         for i in range(count):
             d = os.path.join(workdir, f"board{i}")
-            os.makedirs(d, exist_ok=True)
-            proc, target = start_daemon(d, os.path.join(d, "hrt_boardd.log"), echo=echo)
-            procs.append(proc)
-            targets.append(target)
+            targets.append(stack.enter_context(running_daemon(d, os.path.join(d, "hrt_boardd.log"), echo=echo)))
         yield targets
-    finally:
-        for proc in procs:
-            proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=20)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
 
 
 def _fingerprint(models: OcrModels, split_dir: str) -> str:

@@ -1,7 +1,7 @@
 """The OCR sample's workflow folder (``mapper/``): copied out for a user, with the models beside it.
 
-``copy(dest)`` copies the scripts (01_check.sh .. 04_inference.sh), preprocess.py,
-inference.py and the three yaml configs into an empty or new folder;
+``copy(dest)`` copies the scripts (01_check.sh .. 05_evaluate.sh), preprocess.py,
+inference.py, postprocess.py and the three yaml configs into an empty or new folder;
 ``copy_models(dest)`` puts the three ONNX models there (fetched once, cached).
 """
 import os
