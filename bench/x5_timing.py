@@ -34,6 +34,20 @@ models within 20 %, Spearman >= 0.95, median |latency error| <= 15 %), each met 
 An error is modeled / published - 1. The published FPS of a row is measured with
 ``threads`` threads (2 for the YOLO tables; 4 inferred for the classification tables,
 which do not say; rows without it are taken at 4).
+
+Measured (2026-12-01, featuremap .bins, 39 fit + 25 check models):
+
+- before the timing model (hb_perf's estimate, one frame in flight; ``PYTHONPATH`` at a tree of
+  commit 87b7570 as ``bpuemu``, ``--estimator line --no-build``): fit FPS median |error| 46 %,
+  5/39 within 15 %, 12/39 within 20 %, Spearman 0.956, latency median 52 %; check FPS 51 %,
+  9/25 within 15 %, 10/25 within 20 %, Spearman 0.904, latency 47 %. 1.5-2.7x optimistic on
+  CNN classifiers (ResNet18 740 vs 449 FPS), 4.4x on EfficientViT-M5; the 640x640 YOLOs
+  within 0.8-1.2x at the m size.
+- the timing model's first parameters (starting guesses, 16:20): fit 44 % / 8 of 39 within 20 %,
+  Spearman 0.77; check 58 % / 6 of 25 within 20 %, Spearman 0.36: nets with GELU (Erf), LayerNorm
+  (Sqrt, Div) or attention reductions (ReduceMax/ReduceSum/Div) are split into 15-30 BPU subgraphs
+  around CPU ops and modeled 10-40x too slow (ConvNeXt-atto 62 ms vs 1.96 ms, RepViT-m1.0 78 ms
+  vs 1.97 ms); plain CNNs within 0.7-1.4x.
 """
 import argparse
 import csv
