@@ -42,7 +42,7 @@ Measured (2026-12-01, featuremap .bins, 39 fit + 25 check models):
   5/39 within 15 %, 12/39 within 20 %, Spearman 0.956, latency median 52 %; check FPS 51 %,
   9/25 within 15 %, 10/25 within 20 %, Spearman 0.904, latency 47 %. 1.5-2.7x optimistic on
   CNN classifiers (ResNet18 740 vs 449 FPS), 4.4x on EfficientViT-M5; the 640x640 YOLOs
-  within 0.8-1.2x at the m size.
+  0.78-0.92x at the m size, 1.17-1.81x at the n size.
 - the timing model's first parameters (starting guesses, 16:20): fit 44 % / 8 of 39 within 20 %,
   Spearman 0.77; check 58 % / 6 of 25 within 20 %, Spearman 0.36: nets with GELU (Erf), LayerNorm
   (Sqrt, Div) or attention reductions (ReduceMax/ReduceSum/Div) are split into 15-30 BPU subgraphs
