@@ -231,9 +231,6 @@ def run(job: ConvertJob) -> Artifacts:
 
 def _convert(job: ConvertJob, out_dir: str):
     """Every stage of the conversion, writing into ``out_dir`` (the staging directory)."""
-    from bpuemu.host.compiler.compile import compile_for_board
-    from bpuemu.host import quant
-
     paths = artifact_paths(job, out_dir)
     original = insert_preprocess(float_model(job), [ji.pre for ji in job.inputs])
     _save(original, paths["original"])
@@ -247,6 +244,23 @@ def _convert(job: ConvertJob, out_dir: str):
         log.info(line)
 
     specs = [input_spec(ji) for ji in job.inputs]
+    feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir)
+    eval_feeds = feeds[: min(len(feeds), 16)]
+    sim, table = _report_accuracy(optimized, quantized, placement, params, eval_feeds)
+
+    checkpoint("makertbin:compiling")
+    model, blobs = _compile(job, quantized, placement, specs)
+    _log_estimate(job, model, blobs)
+    sha = write_bin(paths["bin"], [model], blobs)
+    return sha, sim.nodes, table, sim.outputs, sim.agreements
+
+
+def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inputs: Sequence[str], specs,
+              paths: Dict[str, str], out_dir: str):
+    """Calibration on the job's data, then the calibrated and quantized models (both saved).
+    Returns (calibration feeds, quantization parameters, quantized model)."""
+    from bpuemu.host import quant
+
     options = job.quant_options or quant.QuantOptions()
     feeds = calibration_feeds(job, specs, out_dir) if options.calibration_type not in ("skip", "load") else []
     if options.calibration_type not in ("skip", "load") and not feeds:
@@ -258,10 +272,16 @@ def _convert(job: ConvertJob, out_dir: str):
     _check_loads(quantized, paths["quantized"])
     _save(quantized, paths["quantized"])
     checkpoint("makertbin:calibrated")
+    return feeds, params, quantized
 
-    eval_feeds = feeds[: min(len(feeds), 16)]
+
+def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, placement, params, eval_feeds):
+    """The node table with each node's cosine similarity and threshold, the per-output lines and
+    the Concat check, all logged. Returns (the similarity, the table)."""
+    from bpuemu.host import quant
+
     sim = quant.similarity(optimized, quantized, eval_feeds)  # node and output cosines from one run
-    cosines, out_cos = sim.nodes, sim.outputs
+    cosines = sim.nodes
     thresholds = getattr(params, "node_thresholds", lambda: {})()
     table = placement.table({
         "Cosine Similarity": [f"{cosines[n.name]:.6f}" if n.name in cosines else "--" for n in placement.nodes],
@@ -275,8 +295,14 @@ def _convert(job: ConvertJob, out_dir: str):
                      ", ..." if len(sim.fused) > 3 else ""))
     _report_outputs(sim, len(eval_feeds))
     _report_joins(optimized, quantized, eval_feeds)
+    return sim, table
 
-    checkpoint("makertbin:compiling")
+
+def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs):
+    """The `.bin` model entry and blobs: compiled (bpuemu.host.compiler.compile), then the nodes
+    remove_node_type / remove_node_name name removed."""
+    from bpuemu.host.compiler.compile import compile_for_board
+
     model, blobs, _ = compile_for_board(
         quantized, job.output_model_file_prefix, specs, working_dir=job.working_dir,
         force_cpu=placement.cpu_nodes, force_bpu=placement.bpu_nodes, build_info=job.build_info, march=job.march,
@@ -288,6 +314,11 @@ def _convert(job: ConvertJob, out_dir: str):
         model, blobs, removed = modify(model, blobs, job.remove_node_name, job.remove_node_type)
         for r in removed:
             log.info("removed node %s (remove_node_type/remove_node_name)", getattr(r, "name", r))
+    return model, blobs
+
+
+def _log_estimate(job: ConvertJob, model: model_pb2.Model, blobs: Dict[str, bytes]) -> None:
+    """The X5 timing model's estimate: stored in the `.bin`'s plan, logged (with compiler_parameters.advice)."""
     try:
         from bpuemu.host.tools.static_perf.estimate import annotate
 
@@ -301,8 +332,6 @@ def _convert(job: ConvertJob, out_dir: str):
                 log.info(line)
     except BpuEmuError as exc:
         log.warning("no static performance estimate: %s", exc)
-    sha = write_bin(paths["bin"], [model], blobs)
-    return sha, cosines, table, out_cos, sim.agreements
 
 
 #: Below these, makertbin warns that the quantized model's outputs lose accuracy.
