@@ -30,6 +30,7 @@ from typing import Callable, Iterator, List, Optional, Sequence
 
 import grpc
 import numpy as np
+from google.protobuf.message import DecodeError
 
 from bpuemu.common.container import file_sha256
 from bpuemu.common.errors import (
@@ -56,11 +57,20 @@ from bpuemu.common.wire import (
     TOKEN_METADATA_KEY,
     UPLOAD_CHUNK_BYTES,
     join_target,
+    frame_parts,
     pack_frame,
     read_frame,
+    send_parts,
     split_target,
 )
-from bpuemu.board.messages import infer_request, infer_result, onnxruntime_version, perf_report_from_proto
+from bpuemu.board.messages import (
+    infer_request,
+    infer_request_parts,
+    infer_result,
+    infer_result_from_buffer,
+    onnxruntime_version,
+    perf_report_from_proto,
+)
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 from bpuemu.board.security import TlsConfig, client_token
@@ -99,15 +109,17 @@ class _DataChannel:
             self.sock.close()
             raise ConnectionRefusedError(bytes(payload).decode(errors="replace"))
 
-    def infer(self, request: board_pb2.InferRequest, timeout: float) -> tuple:
-        """(reply, None) or (None, (status name, message))."""
+    def infer(self, request_parts: list, timeout: float) -> tuple:
+        """(InferResult, None) or (None, (status name, message)). ``request_parts``: an encoded
+        InferRequest as buffers (messages.infer_request_parts), sent without joining them."""
         deadline = time.monotonic() + timeout
-        self.sock.settimeout(timeout)  # bounds sendall as a whole; read_frame keeps to the deadline
-        payload = request.SerializeToString()
-        self.sock.sendall(pack_frame(INFER, payload))
+        send_parts(self.sock, frame_parts(INFER, request_parts), deadline)
         kind, payload = read_frame(self.sock, deadline=deadline)
-        if kind == REPLY:
-            return board_pb2.InferReply.FromString(payload), None
+        if kind == REPLY:  # the outputs are views of this reply's own buffer
+            try:
+                return infer_result_from_buffer(payload), None
+            except (ValueError, DecodeError) as exc:
+                raise ConnectionError(f"malformed reply: {exc}") from None
         if kind == ERROR:
             status, _, message = bytes(payload).decode(errors="replace").partition("\n")
             return None, (status, message)
@@ -311,16 +323,19 @@ class BoardClient:
 
     def infer(self, sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
               dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> InferResult:
-        req = infer_request(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
+        args = (sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
         timeout = self.deadlines.infer * max(1, frame_count)
-        reply = self._infer_data_channel(req, timeout)
-        if reply is None:
-            reply = self._call("infer", self._stub.Infer, req, timeout)
-        return infer_result(reply)
+        result = self._infer_data_channel(args, timeout)
+        if result is None:
+            result = infer_result(self._call("infer", self._stub.Infer, infer_request(*args), timeout))
+        return result
 
-    def _infer_data_channel(self, req, timeout: float) -> Optional[board_pb2.InferReply]:
+    def _infer_data_channel(self, args: tuple, timeout: float) -> Optional[InferResult]:
         """Infer over the data channel; None when it is not available (the caller uses gRPC)."""
-        if not self._use_data or not self.info.data_port or not self._data_lock.acquire(blocking=False):
+        if not self._use_data or not self.info.data_port:
+            return None
+        parts = infer_request_parts(*args)  # views of the inputs: built before the channel is taken
+        if not self._data_lock.acquire(blocking=False):
             return None
         try:
             if self._data is None:
@@ -330,7 +345,7 @@ class BoardClient:
                     self._use_data = False  # firewalled, forwarded, or refused: gRPC from now on
                     return None
             try:
-                reply, error = self._data.infer(req, timeout)
+                reply, error = self._data.infer(parts, timeout)
             except socket.timeout:
                 self._data.close()
                 self._data = None

@@ -13,7 +13,7 @@ import numpy as np
 
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.version import API_VERSION, FORMAT_MAJOR, FORMAT_MINOR, RUNTIME_VERSION, __version__
-from bpuemu.common.tensor import from_wire, to_wire
+from bpuemu.common.tensor import from_wire, split_tensors, tensor_parts, to_wire
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 
@@ -63,13 +63,75 @@ def local_board_info() -> board_pb2.BoardInfo:
 
 def infer_request(sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
                   dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> board_pb2.InferRequest:
-    names = list(input_names) or [f"input_{i}" for i in range(len(inputs))]
-    req = board_pb2.InferRequest(sha256=sha, model_name=model_name, dump_intermediate=dump_intermediate,
-                                 frame_count=frame_count, core_id=core_id)
-    for n, a in zip(names, inputs):
+    req, named = _request_fields(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
+    for n, a in named:
         a = np.asarray(a)
         req.inputs.add(name=n, dtype=a.dtype.name, shape=a.shape, data=a.tobytes())  # one copy, not two
     return req
+
+
+def _request_fields(sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str],
+                    dump_intermediate: bool, frame_count: int, core_id: int):
+    names = list(input_names) or [f"input_{i}" for i in range(len(inputs))]
+    req = board_pb2.InferRequest(sha256=sha, model_name=model_name, dump_intermediate=dump_intermediate,
+                                 frame_count=frame_count, core_id=core_id)
+    return req, zip(names, inputs)
+
+
+#: Below this many bytes of tensors a message is built and parsed by protobuf itself: copying
+#: small tensors costs less than handling them one by one in Python.
+ZERO_COPY_BYTES = 64 << 10
+
+_INPUTS = board_pb2.InferRequest.DESCRIPTOR.fields_by_name["inputs"].number
+_OUTPUTS = board_pb2.InferReply.DESCRIPTOR.fields_by_name["outputs"].number
+_INTERMEDIATES = board_pb2.InferReply.DESCRIPTOR.fields_by_name["intermediates"].number
+
+
+def infer_request_parts(sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
+                        dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> list:
+    """infer_request's encoding as buffers for one sendmsg, the inputs' data not copied (the data channel)."""
+    inputs = [np.asarray(a) for a in inputs]
+    if sum(a.nbytes for a in inputs) < ZERO_COPY_BYTES:
+        return [infer_request(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
+                .SerializeToString()]
+    req, named = _request_fields(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
+    parts = [req.SerializeToString()]
+    for n, a in named:
+        parts += tensor_parts(_INPUTS, n, a)
+    return parts
+
+
+def request_from_buffer(buf) -> tuple:
+    """(the InferRequest without its inputs, the inputs viewed in ``buf``) of an encoded InferRequest."""
+    if len(buf) < ZERO_COPY_BYTES:
+        req = board_pb2.InferRequest.FromString(buf)
+        inputs = request_inputs(req)
+        del req.inputs[:]
+        return req, inputs
+    req, tensors = split_tensors(buf, board_pb2.InferRequest, (_INPUTS,))
+    return req, [from_wire(t, data) for t, data in tensors[_INPUTS]]
+
+
+def infer_reply_parts(result: InferResult) -> list:
+    """infer_reply's encoding as buffers for one sendmsg, the tensors' data not copied (the data channel)."""
+    named = ((_OUTPUTS, result.outputs), (_INTERMEDIATES, result.intermediates))
+    if sum(np.asarray(a).nbytes for _, tensors in named for a in tensors.values()) < ZERO_COPY_BYTES:
+        return [infer_reply(result).SerializeToString()]
+    parts = [board_pb2.InferReply(latency_ms=result.latency_ms).SerializeToString()]
+    for field, tensors in named:
+        for n, a in tensors.items():
+            parts += tensor_parts(field, n, a)
+    return parts
+
+
+def infer_result_from_buffer(buf) -> InferResult:
+    """infer_result of an encoded InferReply, its tensors viewed in ``buf`` (which they keep alive)."""
+    if len(buf) < ZERO_COPY_BYTES:
+        return infer_result(board_pb2.InferReply.FromString(buf))
+    reply, tensors = split_tensors(buf, board_pb2.InferReply, (_OUTPUTS, _INTERMEDIATES))
+    return InferResult(outputs={t.name: from_wire(t, data) for t, data in tensors[_OUTPUTS]},
+                       intermediates={t.name: from_wire(t, data) for t, data in tensors[_INTERMEDIATES]},
+                       latency_ms=list(reply.latency_ms))
 
 
 def request_inputs(req) -> List[np.ndarray]:

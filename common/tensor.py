@@ -135,25 +135,138 @@ def to_wire(name: str, array: np.ndarray) -> board_pb2.Tensor:
     return board_pb2.Tensor(name=name, dtype=array.dtype.name, shape=array.shape, data=array.tobytes())
 
 
-def from_wire(t: board_pb2.Tensor) -> np.ndarray:
-    """The numpy view of a wire tensor (no copy; read-only)."""
+def from_wire(t: board_pb2.Tensor, data=None) -> np.ndarray:
+    """The numpy view of a wire tensor (no copy). ``data``: the tensor's bytes when they were kept
+    out of ``t`` (a buffer of a received frame, see split_tensors); else ``t.data`` (read-only)."""
     # A name from the closed list, never np.dtype(<wire text>): numpy parses
     # arbitrary strings as record formats and raises whatever its parser raises.
     dtype = WIRE_DTYPES.get(t.dtype)
     if dtype is None:
         raise InvalidInput(f"tensor '{t.name[:80]}': unknown dtype '{t.dtype[:80]}' "
                            f"(a wire tensor is one of {', '.join(sorted(WIRE_DTYPES))})")
-    if any(d < 0 for d in t.shape):
-        raise InvalidInput(f"tensor '{t.name[:80]}': negative dimension in shape {list(t.shape)}")
+    shape = tuple(t.shape)
+    if any(d < 0 for d in shape):
+        raise InvalidInput(f"tensor '{t.name[:80]}': negative dimension in shape {list(shape)}")
     count = 1
-    for d in t.shape:  # Python ints: a huge shape cannot wrap around to a small byte count
+    for d in shape:  # Python ints: a huge shape cannot wrap around to a small byte count
         count *= int(d)
-    if count * dtype.itemsize != len(t.data):
+    if data is None:
+        data = t.data  # each read of a bytes field is a copy: read it once
+    if count * dtype.itemsize != len(data):
         raise InvalidInput(
-            f"tensor '{t.name}': shape {list(t.shape)} of {dtype.name} needs "
-            f"{count * dtype.itemsize} bytes, got {len(t.data)}"
+            f"tensor '{t.name}': shape {list(shape)} of {dtype.name} needs "
+            f"{count * dtype.itemsize} bytes, got {len(data)}"
         )
     try:
-        return np.frombuffer(t.data, dtype=dtype).reshape(tuple(t.shape))
+        return np.frombuffer(data, dtype=dtype).reshape(shape)
     except ValueError as exc:  # e.g. an empty tensor with dimensions numpy cannot index
-        raise InvalidInput(f"tensor '{t.name[:80]}': shape {list(t.shape)[:8]} is not usable: {exc}") from None
+        raise InvalidInput(f"tensor '{t.name[:80]}': shape {list(shape)[:8]} is not usable: {exc}") from None
+
+
+# --- messages with tensors, without copying their data ----------------------
+#
+# The data channel (bpuemu.common.wire) carries InferRequest / InferReply in their
+# protobuf encoding. Built by SerializeToString, a 150 KB input is copied four
+# times on its way to the socket (tobytes, into the message, serialising, framing)
+# and three more on the board (parsing, and each read of Tensor.data); on a busy
+# machine each copy of cold memory costs tens of microseconds. So the sender writes
+# the same bytes as a list of buffers (the message's other fields, then each tensor's
+# header and the array's own memory) for one sendmsg, and the receiver finds each
+# tensor's data in the received buffer and views it there. Both ends stay plain
+# protobuf: either side may be the ordinary encoder or parser.
+
+_PB_VARINT, _PB_FIXED64, _PB_LEN, _PB_FIXED32 = 0, 1, 2, 5
+_TENSOR_DATA = board_pb2.Tensor.DESCRIPTOR.fields_by_name["data"].number
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+def _key(field: int, wire_type: int) -> bytes:
+    return _varint(field << 3 | wire_type)
+
+
+def tensor_parts(field: int, name: str, array: np.ndarray) -> list:
+    """Tensor ``name`` as field ``field`` of its message: [header bytes, the array's memory]."""
+    array = np.asarray(array)
+    if array.dtype.name not in WIRE_DTYPES or array.dtype.byteorder == ">":
+        raise InvalidInput(f"tensor '{name[:80]}': dtype {array.dtype.str} cannot be sent "
+                           f"(a wire tensor is one of {', '.join(sorted(WIRE_DTYPES))}, native byte order)")
+    if not array.flags.c_contiguous:
+        array = array.copy()  # C order, as tobytes() would write it (a 0-d array stays 0-d)
+    meta = board_pb2.Tensor(name=name, dtype=array.dtype.name, shape=array.shape).SerializeToString()
+    data = _key(_TENSOR_DATA, _PB_LEN) + _varint(array.nbytes)
+    head = _key(field, _PB_LEN) + _varint(len(meta) + len(data) + array.nbytes) + meta + data
+    return [head, memoryview(array.reshape(-1)).cast("B")] if array.nbytes else [head]
+
+
+def _read_varint(buf, pos: int, end: int) -> tuple:
+    value = shift = 0
+    while True:
+        if pos >= end or shift > 63:
+            raise ValueError("truncated or overlong varint")
+        b = buf[pos]
+        pos += 1
+        value |= (b & 0x7F) << shift
+        if b < 0x80:
+            return value, pos
+        shift += 7
+
+
+def _fields(buf, pos: int, end: int):
+    """(field number, wire type, start of the field's key, start of its value, end of its value) of each field."""
+    while pos < end:
+        start = pos
+        key = buf[pos]
+        if key < 0x80:  # every field of the board protocol has a one-byte key
+            pos += 1
+        else:
+            key, pos = _read_varint(buf, pos, end)
+        field, wire_type = key >> 3, key & 7
+        if wire_type == _PB_LEN:
+            length, pos = _read_varint(buf, pos, end)
+            stop = pos + length
+        elif wire_type == _PB_VARINT:
+            _, stop = _read_varint(buf, pos, end)
+        elif wire_type == _PB_FIXED64:
+            stop = pos + 8
+        elif wire_type == _PB_FIXED32:
+            stop = pos + 4
+        else:
+            raise ValueError(f"wire type {wire_type} is not used by the board protocol")
+        if stop > end or field == 0:
+            raise ValueError("field runs past the end of its message")
+        yield field, wire_type, start, pos, stop
+        pos = stop
+
+
+def split_tensors(buf, message_class, tensor_fields: Sequence[int]) -> tuple:
+    """Parse ``buf`` (the protobuf encoding of a ``message_class``) without copying its tensors' data:
+    (the message without the ``tensor_fields``, {field: [(Tensor without data, memoryview of its data)]}).
+
+    Raises ValueError on a malformed encoding (protobuf's parser raises DecodeError on the rest).
+    """
+    view = memoryview(buf)
+    if view.format != "B" or view.ndim != 1:
+        view = view.cast("B")
+    rest = bytearray()
+    tensors = {f: [] for f in tensor_fields}
+    for field, wire_type, start, pos, stop in _fields(view, 0, len(view)):
+        if field not in tensors or wire_type != _PB_LEN:
+            rest += view[start:stop]
+            continue
+        meta = bytearray()
+        data = view[0:0]
+        for f, wt, s, p, e in _fields(view, pos, stop):
+            if f == _TENSOR_DATA and wt == _PB_LEN:
+                data = view[p:e]  # the last one wins, as in protobuf
+            else:
+                meta += view[s:e]
+        tensors[field].append((board_pb2.Tensor.FromString(bytes(meta)), data))
+    return message_class.FromString(bytes(rest)), tensors

@@ -3,6 +3,7 @@
 The messages themselves are defined in proto/bpuemu/board/v1/board.proto.
 """
 import socket
+import ssl
 import time
 from typing import Optional
 
@@ -90,7 +91,13 @@ def read_exact(sock, n: int, deadline: Optional[float] = None) -> bytearray:
     parses it without a copy).
     """
     buf = bytearray(n)
-    view = memoryview(buf)
+    read_into(sock, memoryview(buf), deadline)
+    return buf
+
+
+def read_into(sock, view: memoryview, deadline: Optional[float] = None) -> None:
+    """Fill ``view`` from ``sock`` (a buffer the caller reuses); as read_exact otherwise."""
+    n = len(view)
     got = 0
     while got < n:
         if deadline is not None:
@@ -102,7 +109,6 @@ def read_exact(sock, n: int, deadline: Optional[float] = None) -> bytearray:
         if not k:
             raise ConnectionError("connection closed mid-frame" if got else "connection closed")
         got += k
-    return buf
 
 
 def send_all(sock, data: bytes, deadline: float) -> None:
@@ -119,6 +125,36 @@ def send_all(sock, data: bytes, deadline: float) -> None:
             raise socket.timeout("deadline passed mid-send")
         sock.settimeout(remaining)
         sent += sock.send(view[sent:])
+
+
+#: Buffers one sendmsg takes at most (Linux allows 1024).
+_MAX_IOV = 512
+
+
+def frame_parts(kind: int, parts: list) -> list:
+    """A frame whose payload is the concatenation of ``parts`` (bytes or memoryviews), as buffers."""
+    return [DATA_HEADER.pack(DATA_MAGIC, kind, sum(memoryview(p).nbytes for p in parts)), *parts]
+
+
+def send_parts(sock, parts: list, deadline: float) -> None:
+    """Send the concatenation of ``parts`` by ``deadline`` as send_all does, without joining them:
+    sendmsg hands every buffer to the kernel at once. A TLS socket has no sendmsg: joined there."""
+    if isinstance(sock, ssl.SSLSocket):
+        send_all(sock, b"".join(parts), deadline)
+        return
+    views = [v for v in (memoryview(p).cast("B") for p in parts) if len(v)]
+    while views:
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("deadline passed mid-send")
+        sock.settimeout(remaining)
+        sent = sock.sendmsg(views[:_MAX_IOV])
+        while sent:
+            if sent >= len(views[0]):
+                sent -= len(views.pop(0))
+            else:
+                views[0] = views[0][sent:]
+                sent = 0
 
 
 def read_frame(sock, max_bytes: int = MAX_MESSAGE_BYTES, deadline: Optional[float] = None) -> tuple:

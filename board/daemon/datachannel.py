@@ -47,13 +47,14 @@ import threading
 import time
 from typing import Optional
 
-from bpuemu.common.errors import BpuEmuError
-from bpuemu.common.proto import board_pb2
+from google.protobuf.message import DecodeError
+
+from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.wire import (
-    DATA_HEADER, DATA_MAGIC, ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, REPLY, pack_frame, read_exact, read_frame,
-    send_all,
+    DATA_HEADER, DATA_MAGIC, ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, REPLY, frame_parts, pack_frame, read_exact,
+    read_frame, read_into, send_all, send_parts,
 )
-from bpuemu.board.messages import request_inputs, infer_reply
+from bpuemu.board.messages import infer_reply_parts, request_from_buffer
 from bpuemu.board.daemon.state import BoardState
 
 log = logging.getLogger("bpuemu.board.daemon")
@@ -62,6 +63,8 @@ log = logging.getLogger("bpuemu.board.daemon")
 HELLO_TIMEOUT_S = 10.0
 #: Seconds a connection may stay idle between two calls.
 IDLE_TIMEOUT_S = 600.0
+#: Requests up to this size are read into one buffer the connection keeps (no allocation per call).
+REUSED_BUFFER_BYTES = 16 << 20
 
 
 def _peer_connected(sock) -> bool:
@@ -120,6 +123,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 send_all(sock, pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel"), deadline)
                 return
             send_all(sock, pack_frame(HELLO_OK), deadline)
+            kept = bytearray()  # the request buffer this connection reuses
             while True:
                 header = read_exact(sock, DATA_HEADER.size, time.monotonic() + server.idle_timeout_s)
                 call_started = time.perf_counter()
@@ -130,10 +134,17 @@ class _Handler(socketserver.BaseRequestHandler):
                     send_all(sock, pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO"),
                              time.monotonic() + server.state.limits.call_deadline_s)
                     return
-                payload = read_exact(sock, length, time.monotonic() + server.state.limits.transfer_s(length)) \
-                    if length else b""
+                if length <= REUSED_BUFFER_BYTES:
+                    if len(kept) < length:
+                        kept = bytearray(length)
+                    payload = memoryview(kept)[:length]
+                else:
+                    payload = memoryview(bytearray(length))
+                read_into(sock, payload, time.monotonic() + server.state.limits.transfer_s(length))
                 reply, code = self._infer(payload, lambda: _peer_connected(sock))
-                send_all(sock, reply, time.monotonic() + server.state.limits.transfer_s(len(reply)))
+                size = sum(memoryview(p).nbytes for p in reply)
+                send_parts(sock, reply, time.monotonic() + server.state.limits.transfer_s(size))
+                del payload, reply  # nothing views the kept buffer when the next request comes into it
                 server.count_call(code, call_started)
                 call_started = None
         except socket.timeout:  # a deadline passed: the connection goes, the daemon serves on
@@ -151,18 +162,26 @@ class _Handler(socketserver.BaseRequestHandler):
             if sock is not self.request:
                 sock.close()
 
-    def _infer(self, payload: bytes, is_active) -> tuple:
-        """(the reply frame, its status name)."""
+    def _infer(self, payload: memoryview, is_active) -> tuple:
+        """(the reply frame as buffers for send_parts, its status name).
+
+        The inputs are viewed in the received buffer and the outputs sent from their own
+        memory (bpuemu.common.tensor.split_tensors, tensor_parts): no copy of a tensor in Python.
+        """
         try:
-            request = board_pb2.InferRequest.FromString(payload)
-            result = self.server.state.infer(request.sha256, request.model_name, request_inputs(request),
+            try:
+                request, inputs = request_from_buffer(payload)
+            except (ValueError, DecodeError) as exc:
+                raise InvalidInput(f"the infer request is not a valid InferRequest: {exc}") from None
+            result = self.server.state.infer(request.sha256, request.model_name, inputs,
                                              request.frame_count, request.dump_intermediate, is_active)
-            return pack_frame(REPLY, infer_reply(result).SerializeToString()), "OK"
+            return frame_parts(REPLY, infer_reply_parts(result)), "OK"
         except BpuEmuError as exc:
-            return pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode()), exc.grpc_status
+            return [pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())], exc.grpc_status
         except Exception as exc:  # a bug: report it like the gRPC interceptor does
             log.exception("data channel infer failed unexpectedly")
-            return pack_frame(ERROR, f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}".encode()), "INTERNAL"
+            return [pack_frame(ERROR, f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}".encode())], \
+                "INTERNAL"
 
 
 class DataChannelServer(socketserver.ThreadingTCPServer):
