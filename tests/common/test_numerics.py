@@ -16,9 +16,10 @@ from bpuemu.common.proto import model_pb2
 def _ort_dequantize(q, scale, zp, axis):
     inits = [numpy_helper.from_array(scale, "s"), numpy_helper.from_array(zp, "z")]
     node = helper.make_node("DequantizeLinear", ["q", "s", "z"], ["y"], axis=axis)
-    g = helper.make_graph([node], "dq", [helper.make_tensor_value_info("q", TensorProto.INT8, list(q.shape))],
+    q_type = helper.np_dtype_to_tensor_dtype(q.dtype)
+    g = helper.make_graph([node], "dq", [helper.make_tensor_value_info("q", q_type, list(q.shape))],
                           [helper.make_tensor_value_info("y", TensorProto.FLOAT, None)], inits)
-    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13)])
+    m = helper.make_model(g, opset_imports=[helper.make_opsetid("", 13 if q.dtype.itemsize == 1 else 21)])
     sess = ort.InferenceSession(m.SerializeToString(), providers=["CPUExecutionProvider"])
     return sess.run(None, {"q": q})[0]
 
@@ -32,6 +33,23 @@ def test_dequantize_is_bit_exact_with_onnxruntime(axis, channels):
     zp = rng.integers(-10, 10, channels, dtype=np.int8)
     want = _ort_dequantize(q, scale if channels > 1 else scale.reshape(()), zp if channels > 1 else zp.reshape(()), axis)
     got = dequantize(q, scale, zp, axis)
+    assert got.dtype == np.float32 and got.shape == q.shape
+    assert np.array_equal(got.view(np.int32), want.view(np.int32))
+
+
+@pytest.mark.parametrize("dtype", [np.int8, np.uint8, np.int16, np.uint16])
+@pytest.mark.parametrize("channels", [1, 7])
+def test_dequantize_of_8_and_16_bit_tensors_is_bit_exact_over_their_whole_range(dtype, channels):
+    """The runtime's _HzDequantize subtracts and scales in float32 for these types (exact there): every value of the
+    type, the zero point anywhere in it, large and small scales."""
+    info = np.iinfo(dtype)
+    rng = np.random.default_rng(2)
+    q = np.concatenate([np.array([info.min, info.max, 0], dtype),
+                        rng.integers(info.min, info.max, 7 * 64 - 3, dtype=dtype, endpoint=True)]).reshape(1, 7, 8, 8)
+    scale = (10.0 ** rng.uniform(-6, 2, channels)).astype(np.float32)
+    zp = rng.integers(info.min, info.max, channels, dtype=dtype, endpoint=True)
+    want = _ort_dequantize(q, scale if channels > 1 else scale.reshape(()), zp if channels > 1 else zp.reshape(()), 1)
+    got = dequantize(q, scale, zp, 1)
     assert got.dtype == np.float32 and got.shape == q.shape
     assert np.array_equal(got.view(np.int32), want.view(np.int32))
 
