@@ -170,6 +170,8 @@ def test_conv_costs_follow_channel_alignment_and_groups(tmp_path):
     assert c9.work == c16.work == 2 * c8.work                  # 9 channels cost what 16 cost
     k3 = layer(16, 16, 3)
     assert k3.kind == "conv" and k3.work == 9 * c16.work
+    g4 = layer(16, 16, 3, group=4)                            # grouped, 4 channels a group: dense per group
+    assert g4.kind == "conv" and g4.work == 32 * 32 * 16 * 4 * 9 * 2   # 4 input channels a group pay for 8
     dw = layer(16, 16, 3, group=16)
     assert dw.kind == "dwconv" and dw.work == 32 * 32 * 16 * 9
     fill = 1024 / (1024 + X5_BPU.mac_half_pixels)              # a 32x32 output fills the MAC array this much

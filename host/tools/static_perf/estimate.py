@@ -258,7 +258,7 @@ def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
 
 
 #: Bumped whenever plan_features' output changes (bench/x5_fit.py caches features by it).
-FEATURES_VERSION = "3"
+FEATURES_VERSION = "4"
 
 
 @dataclass

@@ -306,9 +306,10 @@ def layer_kind(node: onnx.NodeProto, p: "_Piece", op, unit: str) -> str:
     """The timing model's kind of a layer (``x5.KINDS``)."""
     if unit == "mac":
         if node.op_type == "Conv":
-            if int(attribute(node, "group", 1)) > 1:
-                return "dwconv"
-            kernel = attribute(node, "kernel_shape", None) or list(p.shape(node.input[1])[2:])
+            weight = p.shape(p.behind_dq(node.input[1]))
+            if int(attribute(node, "group", 1)) > 1 and len(weight) > 1 and weight[1] == 1:
+                return "dwconv"             # depthwise; a grouped conv with several channels per group is dense per group
+            kernel = attribute(node, "kernel_shape", None) or list(weight[2:])
             return "conv1x1" if all(int(k) == 1 for k in kernel) else "conv"
         if node.op_type == "ConvTranspose":
             return "conv"
@@ -319,7 +320,8 @@ def layer_kind(node: onnx.NodeProto, p: "_Piece", op, unit: str) -> str:
     if op is None and node.op_type in X5_BPU_EXTRA:
         kind = X5_BPU_EXTRA[node.op_type]
         if kind == "conv":
-            return "dwconv" if int(attribute(node, "group", 1)) > 1 else "conv"
+            weight = p.shape(p.behind_dq(node.input[1]))
+            return "dwconv" if len(weight) > 1 and weight[1] == 1 and int(attribute(node, "group", 1)) > 1 else "conv"
         return kind
     if unit in ("move", "view"):
         return unit

@@ -12,7 +12,7 @@ The model, per frame of a compiled plan:
                     kind    work                          rate
                     conv    aligned MACs (kernel > 1)     peak_macs * conv_efficiency
                     conv1x1 aligned MACs (1x1 conv, Gemm) peak_macs * conv1x1_efficiency
-                    dwconv  MACs (groups > 1)             dwconv_macs_per_cycle
+                    dwconv  MACs (depthwise: 1 input channel a group) dwconv_macs_per_cycle
                     matmul  aligned MACs (MatMul)         peak_macs * matmul_efficiency
                     vector  aligned output elements       vector_elems_per_cycle
                             (elementwise, pooling, reductions, softmax, other)
@@ -120,7 +120,8 @@ FITTED_VALUES = {
 _FITTED_DOCS = {
     "conv_efficiency": ("fraction of peak", "MAC-array efficiency of a dense convolution with a kernel > 1"),
     "conv1x1_efficiency": ("fraction of peak", "MAC-array efficiency of a 1x1 convolution and of Gemm"),
-    "dwconv_macs_per_cycle": ("MACs/cycle", "grouped and depthwise convolution rate (unaligned MACs)"),
+    "dwconv_macs_per_cycle": ("MACs/cycle", "depthwise convolution rate (unaligned MACs; a grouped conv with several "
+                                             "channels a group is costed as a dense conv per group)"),
     "matmul_efficiency": ("fraction of peak", "MAC-array efficiency of MatMul (attention)"),
     "vector_elems_per_cycle": ("elements/cycle", "vector unit: elementwise, pooling, reductions, softmax, the input conversion"),
     "lut_elems_per_cycle": ("elements/cycle", "lookup-table activations (Sigmoid, Tanh, Exp, HardSwish, Pow)"),
