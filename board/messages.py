@@ -13,7 +13,7 @@ import numpy as np
 
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.version import API_VERSION, FORMAT_MAJOR, FORMAT_MINOR, RUNTIME_VERSION, __version__
-from bpuemu.common.tensor import from_wire, split_tensors, tensor_parts, to_wire
+from bpuemu.common.tensor import WIRE_NAMES, from_wire, split_tensors, tensor_parts, to_wire
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 
@@ -66,7 +66,8 @@ def infer_request(sha: str, model_name: str, inputs: Sequence[np.ndarray], input
     req, named = _request_fields(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
     for n, a in named:
         a = np.asarray(a)
-        req.inputs.add(name=n, dtype=a.dtype.name, shape=a.shape, data=a.tobytes())  # one copy, not two
+        req.inputs.add(name=n, dtype=WIRE_NAMES.get(a.dtype) or a.dtype.name, shape=a.shape,
+                       data=a.tobytes())  # one copy, not two
     return req
 
 
