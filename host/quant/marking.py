@@ -33,6 +33,11 @@ from bpuemu.host.quant.options import Int16Spec, QuantOptions
 PASSIVE_OPS = frozenset(op for op, spec in BPU_OPS.items() if not spec.active)
 #: Passive ops that keep axis 1 as the channel axis, so per-channel featuremap scales pass through.
 CHANNEL_PRESERVING = frozenset({"Relu", "Clip", "MaxPool", "GlobalMaxPool", "Resize", "Upsample"})
+#: Ops whose quantized neighbours keep one scale: stock onnxruntime fuses DQ -> op -> Q into a QLinear op
+#: that takes only a scalar scale (QLinearAveragePool, QLinearGlobalAveragePool, and the lookup tables of
+#: QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax) and refuses to load the model otherwise, so
+#: per-channel featuremap scales stop at them.
+PER_TENSOR_ONLY = frozenset({"AveragePool", "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax"})
 RELU_LIKE = frozenset({"Relu", "Clip"})
 #: BPU ops that can read/write int16 on X5 (the seeds give no list; Softmax stays int8 here).
 INT16_OPS = frozenset(op for op in BPU_OPS if op != "Softmax")
@@ -385,6 +390,9 @@ def _scale_groups(idx: GraphIndex, bpu: FrozenSet[str], sites: Dict[str, Activat
                 sources.append(t)
         group = Group(gid, mem, sources or list(mem), fixed=bool(mem_set & fixed))
         chans = {sites[t].channels for t in mem}
+        if any(n.op_type in PER_TENSOR_ONLY for t in mem
+               for n in [n for n, _ in idx.consumers.get(t, [])] + [idx.producer.get(t)] if n is not None):
+            chans = {None}
         ranks = {len(sites[t].info.shape) if sites[t].info and sites[t].info.shape else 0 for t in mem}
         if not group.fixed and len(chans) == 1 and None not in chans and len(ranks) == 1 and \
                 tie_ops.get(root, set()) <= CHANNEL_PRESERVING:

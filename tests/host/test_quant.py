@@ -311,6 +311,17 @@ def test_per_channel_featuremap_calibration(zoo):
     assert min(quant.output_cosines(zoo.model, q, zoo.held).values()) >= 0.99
 
 
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_per_channel_model_loads_in_stock_onnxruntime(zoo, asymmetric):
+    """Stock onnxruntime fuses DQ -> AveragePool -> Q into QLinearAveragePool, which takes one scale: the
+    tensors around an AveragePool stay per-tensor (PP-OCRv4 rec's default search once ended in a model
+    onnxruntime refused), the others keep their channel scales."""
+    params, q = zoo.quantize(calibration_type="max", per_channel=True, asymmetric=asymmetric)
+    session(q, board_options=False)
+    assert params.activations["AveragePool_0_out"].axis is None and params.activations["MaxPool_0_out"].axis is None
+    assert params.activations["Conv_stem_relu_out"].axis == 1
+
+
 def test_default_search_logs_its_choice(zoo, caplog):
     with caplog.at_level(logging.INFO, logger=LOGGER):
         params = quant.calibrate(zoo.model, zoo.cal, zoo.bpu, [], QO())
