@@ -8,8 +8,10 @@ cosine of indices). A mistake must end in one clear ERROR line and a non-zero
 exit, never a traceback.
 """
 import os
+import re
 import subprocess
 import sys
+import time
 
 import numpy as np
 import onnx
@@ -151,18 +153,55 @@ def test_hrt_model_exec_refuses_a_board_port_out_of_range(project):
 
 
 def test_ctrl_c_stops_hrt_model_exec_perf_cleanly(project):
-    """Ctrl-C during an in-process perf: "Aborted." and exit 130, not a C++ abort (SIGABRT)."""
+    """Ctrl-C during an in-process perf, at a terminal: "Aborted." and exit 130, not a C++ abort (SIGABRT).
+
+    The command runs on a pseudo-terminal, as a user's does; the signal is sent once its progress bar
+    counts frames (the model loaded and running), not after a guessed sleep."""
+    import fcntl
+    import pty
+    import select
     import signal
-    import time
+    import struct
+    import termios
 
     exe = os.path.join(os.path.dirname(sys.executable), "hrt_model_exec")
+    master, slave = pty.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 24, 100, 0, 0))  # a terminal's size: tqdm draws in it
     proc = subprocess.Popen([exe, "perf", "--model_file", str(project["bin"]), "--frame_count", "1000000",
-                             "--thread_num", "2"], cwd=project["dir"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, stdin=subprocess.DEVNULL)
-    time.sleep(3)  # loaded and running frames
-    proc.send_signal(signal.SIGINT)
-    out, _ = proc.communicate(timeout=120)
-    assert proc.returncode == 130 and "terminate called" not in out, (proc.returncode, out)
+                             "--thread_num", "2"], cwd=project["dir"], stdout=slave, stderr=slave,
+                            stdin=subprocess.DEVNULL)
+    os.close(slave)
+    screen = b""
+
+    def read_screen(until, timeout: float) -> bool:
+        nonlocal screen
+        deadline = time.monotonic() + timeout
+        while not until() and time.monotonic() < deadline:
+            if select.select([master], [], [], 0.1)[0]:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError:   # the command exited and closed the terminal
+                    chunk = b""
+                if not chunk:
+                    break
+                screen += chunk
+        return until()
+
+    try:
+        counting = re.compile(rb"perf:.*\| *[1-9]\d*/\d+ \[")
+        assert read_screen(lambda: counting.search(screen), 120), screen.decode(errors="replace")[-2000:]
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=120)
+        read_screen(lambda: False, 5)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+        os.close(master)
+    text = screen.decode(errors="replace")
+    lines = [line.strip() for line in re.split(r"[\r\n]+", text) if line.strip()]
+    assert proc.returncode == 130 and lines[-1] == "Aborted.", (proc.returncode, text[-2000:])
+    assert "terminate called" not in text and "Traceback" not in text, text[-2000:]
 
 
 @pytest.mark.parametrize("command", [
