@@ -9,8 +9,10 @@ editable install, no checkout on sys.path, only the commands on PATH.
 and, in a second venv holding the wheel alone (a board), hrt_boardd and
 hrt_model_exec against the ``.bin`` the host made.
 """
+import json
 import os
 import pathlib
+import re
 import signal
 import subprocess
 import time
@@ -22,6 +24,36 @@ from test_packaging import ROOT, readme_commands
 pytestmark = pytest.mark.installed
 
 SIZE = 32  # a small sample CNN: conversion takes seconds
+#: hrt_model_exec perf's console lines, as the seed shows them ("Performance Measurement on Development Board").
+PERF_LINES = (r"^Running condition:\n  Thread number is: {threads}\n  Frame count   is: {frames}\n"
+              r"  Program run time: \d+\.\d+ ms\nPerf result:\n  Frame totally latency is: \d+\.\d+ ms\n"
+              r"  Average    latency    is: \d+\.\d+ ms\n  Frame      rate       is: \d+\.\d+ FPS$")
+
+
+def assert_model_info(out: str) -> None:
+    """hrt_model_exec model_info of the sample: one model, its nv12 input data and its float output prob."""
+    assert "This model file has 1 model:\n[sample]\n" in out and "[model name]: sample" in out, out
+    blocks = {}
+    for block in out.split("\n\n"):
+        head, *lines = block.strip().splitlines() or [""]
+        if re.fullmatch(r"(input|output)\[\d+\]:", head.strip()):
+            blocks[head.strip()[:-1]] = dict(line.split(": ", 1) for line in lines if ": " in line)
+    assert sorted(blocks) == ["input[0]", "output[0]"], out
+    assert {k: blocks["input[0]"].get(k) for k in ("name", "valid shape", "tensor type")} == {
+        "name": "data", "valid shape": f"(1,3,{SIZE},{SIZE},)", "tensor type": "HB_DNN_IMG_TYPE_NV12"}, out
+    assert {k: blocks["output[0]"].get(k) for k in ("name", "valid shape", "tensor type")} == {
+        "name": "prob", "valid shape": "(1,10,)", "tensor type": "HB_DNN_TENSOR_TYPE_F32"}, out
+
+
+def assert_infer(out: str) -> None:
+    """hrt_model_exec infer of the sample: its one output, ten softmax probabilities."""
+    assert "infer success: model sample\n" in out, out
+    m = re.search(r"^output\[0\]: name: prob, shape: \[1, 10\], dtype: float32, min: (\S+), max: (\S+)$", out, re.M)
+    assert m and 0 <= float(m.group(1)) <= float(m.group(2)) <= 1, out
+
+
+def assert_perf(out: str, threads: int, frames: int) -> None:
+    assert re.search(PERF_LINES.format(threads=threads, frames=frames), out, re.M), out
 
 
 @pytest.fixture(scope="module")
@@ -65,6 +97,12 @@ class Daemon:
                 self.proc.kill()
             self.log.close()
 
+    def assert_stops_cleanly(self) -> None:
+        """SIGTERM, as systemd stops it: it says it shuts down and exits 0."""
+        code = self.stop()
+        log = pathlib.Path(self.log.name).read_text()
+        assert code == 0 and "hrt_boardd: shutting down" in log, (code, log[-3000:])
+
 
 @pytest.fixture
 def daemon_in(tmp_path):
@@ -95,22 +133,28 @@ def test_conversion_with_hb_mapper(project):
 
 
 def test_board_and_verifier_from_the_wheel(host_venv, project, daemon_in, tmp_path):
-    board = daemon_in(host_venv).target
+    daemon = daemon_in(host_venv)
+    board = daemon.target
     model = str(project["bin"])
     info = host_venv.run("hrt_model_exec", "model_info", "--model_file", model, "--board", board, cwd=tmp_path)
-    assert "input[0]" in info.stdout or "Input" in info.stdout, info.stdout
+    assert_model_info(info.stdout)
     infer = host_venv.run("hrt_model_exec", "infer", "--model_file", model, "--enable_dump", "true",
                           "--dump_format", "txt", "--dump_path", "dump", "--board", board, cwd=tmp_path)
-    assert "infer success" in infer.stdout
-    assert list((tmp_path / "dump").glob("*.txt"))
+    assert_infer(infer.stdout)
+    (dump,) = (tmp_path / "dump").glob("*.txt")
+    probs = [float(x) for x in dump.read_text().split()]
+    assert len(probs) == 10 and abs(sum(probs) - 1) < 1e-3, probs   # the output, as printed
     perf = host_venv.run("hrt_model_exec", "perf", "--model_file", model, "--thread_num", "2", "--frame_count", "20",
                          "--profile_path", ".", "--board", board, cwd=tmp_path)
-    assert "FPS" in perf.stdout, perf.stdout
-    assert (tmp_path / "profiler.log").exists() and (tmp_path / "profiler.csv").exists()
+    assert_perf(perf.stdout, threads=2, frames=20)
+    profile = json.loads((tmp_path / "profiler.log").read_text().split("\n***\n")[0])
+    assert profile["running_condition"]["model_name"] == "sample" and profile["perf_result"]["FPS"] > 0, profile
+    assert (tmp_path / "profiler.csv").read_text().strip()
     verify = host_venv.run("hb_verifier", "-m", f"{project['quanti']},{model}", "-s", "True", "-b", f"grpc://{board}",
                            cwd=tmp_path)
     assert "Strict check PASSED" in verify.stdout and "FAILED" not in verify.stdout
     assert "Arm VS Sim" in verify.stdout
+    daemon.assert_stops_cleanly()
 
 
 def test_board_venv_runs_the_bin_without_host_packages(board_venv, project, daemon_in, tmp_path):
@@ -120,13 +164,14 @@ def test_board_venv_runs_the_bin_without_host_packages(board_venv, project, daem
         assert proc.returncode != 0, f"{host_only} is installed in the board venv"
     model = str(project["bin"])
     local = board_venv.run("hrt_model_exec", "infer", "--model_file", model, cwd=tmp_path)
-    assert "infer success" in local.stdout
-    board = daemon_in(board_venv).target
-    remote = board_venv.run("hrt_model_exec", "perf", "--model_file", model, "--frame_count", "10", "--board", board,
-                            cwd=tmp_path)
-    assert "FPS" in remote.stdout
-    info = board_venv.run("hrt_model_exec", "model_info", "--model_file", model, "--board", board, cwd=tmp_path)
-    assert info.stdout.strip()
+    assert_infer(local.stdout)
+    daemon = daemon_in(board_venv)
+    remote = board_venv.run("hrt_model_exec", "perf", "--model_file", model, "--frame_count", "10",
+                            "--board", daemon.target, cwd=tmp_path)
+    assert_perf(remote.stdout, threads=1, frames=10)
+    info = board_venv.run("hrt_model_exec", "model_info", "--model_file", model, "--board", daemon.target, cwd=tmp_path)
+    assert_model_info(info.stdout)
+    daemon.assert_stops_cleanly()
 
 
 def test_seed_evaluation_code_imports_hb_onnxruntime_from_the_wheel(host_venv, project, tmp_path):
