@@ -2,7 +2,7 @@
 """Fit the X5 timing model's parameters to published RDK X5 measurements (re-runnable).
 
     python bench/x5_fit.py                       # fit, print the figures, rewrite the parameter table
-    python bench/x5_fit.py --dry-run             # fit and print, leave host/tools/static_perf/x5.py alone
+    python bench/x5_fit.py --dry-run             # fit and print, leave host/compiler/timing/x5.py alone
     python bench/x5_fit.py --evaluate            # no fit: the current parameters' figures
     python bench/x5_fit.py --csv ../shared/x5/x5_fit.csv --bins /work/x5cache/bin
 
@@ -12,7 +12,7 @@ bench/x5_timing.py builds them). The procedure:
 
 1. Features, once per `.bin` (cached beside it as x5_features.pkl, keyed by the file's SHA-256):
    every BPU layer's kind, work, DDR bytes and fusion, every other plan step's kind and elements,
-   the model's output bytes (bpuemu.host.tools.static_perf.estimate.plan_features). They do not
+   the model's output bytes (bpuemu.host.compiler.timing.estimate.plan_features). They do not
    depend on the fitted parameters.
 2. The model of a frame from features and parameters (estimate.plan_times, the same formulas
    hb_perf and makertbin use; checked here against estimate_model on the first model), scheduled
@@ -47,7 +47,7 @@ if not os.path.exists(DEFAULT_CSV):
 DEFAULT_BINS = "/work/x5cache/bin"
 #: Each parameter stays within this factor (e**BOUND = 100x) of its physical starting value.
 BOUND = np.log(100.0)
-X5_PY = os.path.join(ROOT, "host", "tools", "static_perf", "x5.py")
+X5_PY = os.path.join(ROOT, "host", "compiler", "timing", "x5.py")
 
 
 def read_rows(path: str) -> List[dict]:
@@ -70,7 +70,7 @@ def find_bin(bins: str, model: str):
 def features_of(path: str):
     """The model's plan features, cached beside the .bin (keyed by its SHA-256 and the extractor's version)."""
     from bpuemu.common.container import read_bin
-    from bpuemu.host.tools.static_perf.estimate import FEATURES_VERSION, plan_features
+    from bpuemu.host.compiler.timing.estimate import FEATURES_VERSION, plan_features
 
     sha = hashlib.sha256(open(path, "rb").read()).hexdigest()
     cache = os.path.join(os.path.dirname(path), "x5_features.pkl")
@@ -93,7 +93,7 @@ def features_of(path: str):
 
 def predict(feat, bpu, threads: int):
     from bpuemu.common import x5_timing
-    from bpuemu.host.tools.static_perf.estimate import plan_times
+    from bpuemu.host.compiler.timing.estimate import plan_times
 
     steps = plan_times(feat, bpu)
     run = x5_timing.schedule(steps, threads, 200)
@@ -106,7 +106,7 @@ class Fit:
         self.x0 = np.log([start[n] for n in names])
 
     def bpu(self, x):
-        from bpuemu.host.tools.static_perf.x5 import X5_BPU
+        from bpuemu.host.compiler.timing.x5 import X5_BPU
 
         return X5_BPU.with_values(**dict(zip(self.names, np.exp(x).tolist())))
 
@@ -223,8 +223,8 @@ def main(argv=None) -> int:
     args = ap.parse_args(argv)
 
     from bpuemu.common.container import read_bin
-    from bpuemu.host.tools.static_perf.estimate import estimate_model
-    from bpuemu.host.tools.static_perf.x5 import FITTED_VALUES, NOT_FITTED, START_VALUES, X5_BPU
+    from bpuemu.host.compiler.timing.estimate import estimate_model
+    from bpuemu.host.compiler.timing.x5 import FITTED_VALUES, NOT_FITTED, START_VALUES, X5_BPU
 
     rows = read_rows(args.csv)
     data, missing = [], []

@@ -1,6 +1,6 @@
 """What the X5 would measure for a model: its plan's modeled step times, scheduled on the board.
 
-hb_mapper makertbin runs the X5 timing model (bpuemu.host.tools.static_perf:
+hb_mapper makertbin runs the X5 timing model (bpuemu.host.compiler.timing:
 per BPU layer, per CPU op, the input conversion and the ``_HzDequantize``
 outputs, fitted to published RDK X5 measurements) and stores each plan step's
 modeled time in the `.bin` (``PlanStep.x5_us``, ``Model.x5_timing``), as the

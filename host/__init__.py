@@ -13,7 +13,8 @@ reader follows a command downward from its click module to the graph toolkit:
     mapper                           hb_mapper checker / makertbin / infer: a config to a conversion
     convert | hb_onnxruntime         makertbin's stages and pipeline; the seeds' ONNX inference API
     quant                            calibration and quantization (reads the compiler's BPU op table)
-    compiler                         the BPU model: op table, placement, partition, compile, plan, node removal
+    compiler                         the BPU model: op table, placement, partition, compile, plan, node removal,
+                                     the X5 timing model (``timing``)
     caffe | config | clients         Caffe -> ONNX, the yaml, the SSH board transport
     onnxgraph                        the ONNX graph toolkit and the one session opener
 

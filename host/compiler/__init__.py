@@ -10,5 +10,8 @@
 ``plan``: a compiled model's execution plan read as a dataflow graph (tensors,
     producers, consumers, the ONNX pieces), for the tools and node removal;
 ``modifier``: removing nodes at a compiled model's inputs and outputs
-    (hb_model_modifier, and makertbin's remove_node_type / remove_node_name).
+    (hb_model_modifier, and makertbin's remove_node_type / remove_node_name);
+``timing``: the X5 timing model: its parameter table, per-layer and per-step
+    costs, and the compile step storing each step's modeled time in the `.bin`
+    (makertbin's estimate line; hb_perf, bpuemu.host.tools.static_perf, reports it).
 """

@@ -320,13 +320,13 @@ def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs):
 def _log_estimate(job: ConvertJob, model: model_pb2.Model, blobs: Dict[str, bytes]) -> None:
     """The X5 timing model's estimate: stored in the `.bin`'s plan, logged (with compiler_parameters.advice)."""
     try:
-        from bpuemu.host.tools.static_perf.estimate import annotate
+        from bpuemu.host.compiler.timing.estimate import annotate
 
         est = annotate(model, blobs)  # the compile step storing each step's modeled X5 time in the .bin
         log.info("static performance estimate, %s:", est.strategy.describe())
         log.info(est.line())
         if job.advice:
-            from bpuemu.host.tools.static_perf.estimate import advice_lines
+            from bpuemu.host.compiler.timing.estimate import advice_lines
 
             for line in advice_lines(est, job.advice):
                 log.info(line)

@@ -252,7 +252,7 @@ def sample_bin(
         onnx.save(qmodel, quantized_path)
     specs = [image_input_spec(qmodel, input_type_rt, input_layout_rt)] if image else featuremap_specs(qmodel)
     compiled = compile_model(qmodel, name, specs, build_info=sample_build_info(name, input_type_rt))
-    from bpuemu.host.tools.static_perf.estimate import annotate
+    from bpuemu.host.compiler.timing.estimate import annotate
 
     annotate(compiled.model, compiled.blobs)   # as makertbin: the X5 timing in the .bin
     return write_bin(path, [compiled.model], compiled.blobs)

@@ -14,7 +14,7 @@ from bpuemu.host.tools import pack
 from bpuemu.host.tools import static_perf as perf
 from bpuemu.host.cli import hb_perf as perf_cli
 from bpuemu.host.tools.static_perf.structure import BPU_COLOUR, CPU_COLOUR
-from bpuemu.host.tools.static_perf.x5 import KINDS
+from bpuemu.host.compiler.timing.x5 import KINDS
 import tools_models
 from helpers.installed import chromium
 

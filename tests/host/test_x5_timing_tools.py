@@ -15,7 +15,7 @@ from bpuemu.common import x5_timing  # noqa: E402
 from bpuemu.common.container import read_bin  # noqa: E402
 from bpuemu.host.cli import hb_perf as perf_cli  # noqa: E402
 from bpuemu.host.tools import static_perf as perf  # noqa: E402
-from bpuemu.host.tools.static_perf.x5 import KINDS, PARAMETERS, X5_BPU  # noqa: E402
+from bpuemu.host.compiler.timing.x5 import KINDS, PARAMETERS, X5_BPU  # noqa: E402
 import tools_models  # noqa: E402
 
 LINE = re.compile(r"FPS=\d+\.\d\d, latency = \d+\.\d us, DDR = \d+ bytes")
@@ -152,7 +152,7 @@ def test_conv_costs_follow_channel_alignment_and_groups(tmp_path):
     import onnx
     from onnx import helper, numpy_helper
 
-    from bpuemu.host.tools.static_perf.layers import subgraph_layers
+    from bpuemu.host.compiler.timing.layers import subgraph_layers
 
     def conv_piece(cin, cout, k, group=1):
         w = numpy_helper.from_array(np.zeros((cout, cin // group, k, k), np.int8), "w")

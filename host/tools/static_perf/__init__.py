@@ -6,12 +6,13 @@
     files = analyze(binfile, "hb_perf_result")  # the seed's folder, one subfolder per model
     modeled_perf("m.bin", thread_num=2)         # what hrt_model_exec perf on an X5 would show (bench)
 
-The X5 timing model is in ``x5`` (its docstring has every formula, its ``PARAMETERS``
+The X5 timing model this report reads is below it, in bpuemu.host.compiler.timing
+(makertbin runs it too): ``x5`` (its docstring has every formula, its ``PARAMETERS``
 table every parameter with its provenance; bench/x5_fit.py fits them),
 the compile_mode / optimize_level it is costed for in ``strategy``,
-the per-layer analysis of the ONNX pieces in ``layers``, the drawing in
-``structure``, the result folder (pages, PNG, DOT, JSON) in ``result_folder`` and
-``--compare`` in ``compare``.
+the per-layer analysis of the ONNX pieces in ``layers`` and the estimates in
+``estimate``. Here: the drawing in ``structure``, the result folder (pages, PNG,
+DOT, JSON) in ``result_folder`` and ``--compare`` in ``compare``.
 """
 import dataclasses
 import os
@@ -20,12 +21,12 @@ from typing import List, Optional
 from bpuemu.common.atomic import staged_dir
 from bpuemu.common.container import BinFile
 from bpuemu.common.container import read_bin
-from bpuemu.host.tools.static_perf.estimate import (ModelEstimate, StepEstimate, SubgraphEstimate, annotate, estimate_line,
-                                                    estimate_model, is_debug_build)
+from bpuemu.host.compiler.timing.estimate import (ModelEstimate, StepEstimate, SubgraphEstimate, annotate, estimate_line,
+                                                  estimate_model, is_debug_build)
 from bpuemu.host.tools.static_perf.result_folder import ReportFiles, write_report
-from bpuemu.host.tools.static_perf.strategy import CompileStrategy, strategy_of
+from bpuemu.host.compiler.timing.strategy import CompileStrategy, strategy_of
 from bpuemu.host.tools.static_perf.structure import structure
-from bpuemu.host.tools.static_perf.x5 import PARAMETERS, X5_BPU, X5Bpu
+from bpuemu.host.compiler.timing.x5 import PARAMETERS, X5_BPU, X5Bpu
 
 __all__ = ["X5Bpu", "X5_BPU", "PARAMETERS", "ModelEstimate", "SubgraphEstimate", "StepEstimate", "ReportFiles",
            "estimate_model", "estimate_line", "annotate", "modeled_perf", "is_debug_build", "analyze", "RESULT_DIR",

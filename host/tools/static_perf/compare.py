@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from typing import Dict, List, Optional, Tuple
 
 from bpuemu.common.errors import InvalidInput, NotFound
-from bpuemu.host.tools.static_perf.estimate import ModelEstimate
+from bpuemu.host.compiler.timing.estimate import ModelEstimate
 
 _SEPARATOR = re.compile(r"^\s*\*\*\*\s*$", re.MULTILINE)
 

@@ -16,7 +16,7 @@ import os
 from dataclasses import dataclass
 from typing import List
 
-from bpuemu.host.tools.static_perf.estimate import MB, ModelEstimate, SubgraphEstimate
+from bpuemu.host.compiler.timing.estimate import MB, ModelEstimate, SubgraphEstimate
 from bpuemu.host.tools.static_perf.structure import BPU_COLOUR, CPU_COLOUR, Structure, dot, draw_png
 
 _CSS = """
@@ -85,7 +85,7 @@ def _parameters(est: ModelEstimate) -> List[str]:
              "", "the model's compiler parameters", ""]]
     rows += [[name, value, unit, prov, doc] for name, value, unit, prov, doc in est.bpu.table()]
     return (["<h2>X5 Timing Model</h2>",
-             "<p class=\"note\">bpuemu's X5 timing model (bpuemu.host.tools.static_perf.x5 has every formula): per "
+             "<p class=\"note\">bpuemu's X5 timing model (bpuemu.host.compiler.timing.x5 has every formula): per "
              "BPU layer, latency = max(compute, DDR traffic) with compute = work / the rate of the layer's kind "
              "(convolution by kernel and groups with channels aligned, matmul, vector, lookup table, data movement) "
              "+ a fixed cost per layer; a subgraph adds its overhead; the input conversion, CPU operators and "

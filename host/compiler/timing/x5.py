@@ -48,7 +48,7 @@ latency and multi-thread FPS of ../shared x5_fit.csv, every model weighted alike
 re-run it to refit and it rewrites the values below between the FITTED markers.
 
 The compile strategy a model records changes the layer costs
-(bpuemu.host.tools.static_perf.strategy): bandwidth mode stores outputs and spills
+(bpuemu.host.compiler.timing.strategy): bandwidth mode stores outputs and spills
 packed (valid bytes instead of the aligned layout's) and repacks them; balance N
 mixes the two N:100-N; below O3 intermediates spill above half the SRAM, below O2
 latency = compute + memory, at O0 nothing is fused.

@@ -6,9 +6,9 @@ import numpy as np
 
 from bpuemu.common import x5_timing
 from bpuemu.common.proto import model_pb2
-from bpuemu.host.tools.static_perf.layers import X5_BPU_EXTRA, Layer, io_tensors, subgraph_layers
-from bpuemu.host.tools.static_perf.strategy import CompileStrategy, strategy_of
-from bpuemu.host.tools.static_perf.x5 import KINDS, X5_BPU, X5Bpu
+from bpuemu.host.compiler.timing.layers import X5_BPU_EXTRA, Layer, io_tensors, subgraph_layers
+from bpuemu.host.compiler.timing.strategy import CompileStrategy, strategy_of
+from bpuemu.host.compiler.timing.x5 import KINDS, X5_BPU, X5Bpu
 from bpuemu.host.compiler.plan import DQ, Q, Kind, PlanView, piece_model
 
 MB = float(1 << 20)

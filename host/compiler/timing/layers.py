@@ -11,7 +11,7 @@ QuantizeLinear follows (an int32 tail).
 The BPU type name and the unit a layer runs on come from the op table
 (bpuemu.host.compiler.optable); the OPs formulas are in ``OPS_FORMULAS``, keyed by ONNX
 op type. ``layer_kind`` sorts a layer into the timing model's kinds and ``work`` is
-what that kind's rate divides (see bpuemu.host.tools.static_perf.x5 for the whole
+what that kind's rate divides (see bpuemu.host.compiler.timing.x5 for the whole
 cost model; the fit, bench/x5_fit.py, reads the same features).
 """
 from dataclasses import asdict, dataclass, field
@@ -22,8 +22,8 @@ import onnx
 from onnx import numpy_helper
 
 from bpuemu.host.compiler.optable import BPU_OPS
-from bpuemu.host.tools.static_perf.strategy import DEFAULT_STRATEGY, CompileStrategy
-from bpuemu.host.tools.static_perf.x5 import KINDS, X5Bpu, align
+from bpuemu.host.compiler.timing.strategy import DEFAULT_STRATEGY, CompileStrategy
+from bpuemu.host.compiler.timing.x5 import KINDS, X5Bpu, align
 from bpuemu.host.compiler.plan import attribute, np_dtype, piece_tensors, value_shape
 from bpuemu.host.onnxgraph import DQ, Q, GraphIndex
 
