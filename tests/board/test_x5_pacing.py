@@ -5,8 +5,6 @@ import pytest
 
 from boardd_harness import run_cli
 
-pytest.importorskip("bpuemu.host.tools.static_perf")
-
 
 @pytest.fixture(scope="module")
 def slow_bin(tmp_path_factory):

@@ -5,18 +5,15 @@ import re
 
 import numpy as np
 import pytest
+from click.testing import CliRunner
 
-pytest.importorskip("bpuemu.host.mapper.makertbin")
-
-from click.testing import CliRunner  # noqa: E402
-
-from bpuemu.board.cli.hrt_model_exec import cli as hrt  # noqa: E402
-from bpuemu.common import x5_timing  # noqa: E402
-from bpuemu.common.container import read_bin  # noqa: E402
-from bpuemu.host.cli import hb_perf as perf_cli  # noqa: E402
-from bpuemu.host.tools import static_perf as perf  # noqa: E402
-from bpuemu.host.compiler.timing.x5 import KINDS, PARAMETERS, X5_BPU  # noqa: E402
-import tools_models  # noqa: E402
+from bpuemu.board.cli.hrt_model_exec import cli as hrt
+from bpuemu.common import x5_timing
+from bpuemu.common.container import read_bin
+from bpuemu.host.cli import hb_perf as perf_cli
+from bpuemu.host.tools import static_perf as perf
+from bpuemu.host.compiler.timing.x5 import KINDS, PARAMETERS, X5_BPU
+import tools_models
 
 LINE = re.compile(r"FPS=\d+\.\d\d, latency = \d+\.\d us, DDR = \d+ bytes")
 
