@@ -13,7 +13,8 @@ def cli():
 
     \b
     ocr  PaddleOCR PP-OCRv4 text detector, direction classifier and recogniser on labelled synthetic pages:
-         01_check.sh, 02_preprocess.sh, 03_build.sh, 04_inference.sh, preprocess.py, the yaml configs
+         01_check.sh, 02_preprocess.sh, 03_build.sh, 04_inference.sh, 05_evaluate.sh, preprocess.py,
+         inference.py, postprocess.py, the yaml configs
     """
 
 
