@@ -63,11 +63,11 @@ def main(argv=None):
     p.add_argument("--read_mode", choices=("opencv", "skimage"), default=imread_mode,
                    help="how images are read: opencv (BGR uint8 0..255) or skimage (RGB float 0..1)")
     p.add_argument("--data_dir", default="data", help="where the labelled pages and lines go")
-    p.add_argument("--seed", type=int, default=int(os.environ.get("OCR_SEED", 0)))
-    p.add_argument("--cal_pages", type=int, default=int(os.environ.get("OCR_CAL_PAGES", 50)))
-    p.add_argument("--cal_lines", type=int, default=int(os.environ.get("OCR_CAL_LINES", 100)))
-    p.add_argument("--eval_pages", type=int, default=int(os.environ.get("OCR_EVAL_PAGES", 100)))
-    p.add_argument("--eval_lines", type=int, default=int(os.environ.get("OCR_EVAL_LINES", 1000)))
+    p.add_argument("--seed", type=int, default=os.environ.get("OCR_SEED", "0"))
+    p.add_argument("--cal_pages", type=int, default=os.environ.get("OCR_CAL_PAGES", "50"))
+    p.add_argument("--cal_lines", type=int, default=os.environ.get("OCR_CAL_LINES", "100"))
+    p.add_argument("--eval_pages", type=int, default=os.environ.get("OCR_EVAL_PAGES", "100"))
+    p.add_argument("--eval_lines", type=int, default=os.environ.get("OCR_EVAL_LINES", "1000"))
     p.add_argument("--det_size", default=os.environ.get("OCR_DET_SIZE", "640x640"),
                    help="the detector's input HxW (multiples of 32), as in ppocr_det_config.yaml's input_shape")
     args = p.parse_args(argv)
@@ -76,6 +76,7 @@ def main(argv=None):
     except ValueError:
         p.error(f"--det_size {args.det_size!r} is not HxW")
     try:
+        inputs = ocr_inputs.model_inputs((h, w))  # refuses a size the detector cannot take before any work
         for split, pages, lines in (("calibration", args.cal_pages, args.cal_lines),
                                     ("evaluation", args.eval_pages, args.eval_lines)):
             out = dataset.make(args.data_dir, args.seed, pages, lines, split)
@@ -83,7 +84,6 @@ def main(argv=None):
         cal = os.path.join(args.data_dir, "calibration")
         pages = [(p.file, False) for p in dataset.load_pages(cal)]
         lines = dataset.load_lines(cal)
-        inputs = ocr_inputs.model_inputs((h, w))
         write_calibration(inputs["det"], pages, "calibration_data_bgr_det", args.read_mode)
         write_calibration(inputs["cls"], [(ln.file, False) for ln in lines], "calibration_data_bgr_cls", args.read_mode)
         write_calibration(inputs["rec"], [(ln.file, ln.angle == 180) for ln in lines], "calibration_data_bgr_rec",
