@@ -40,15 +40,20 @@ def start_daemon(model_dir: str, log_path: str, timeout_s: float = 30.0, echo: O
         proc = subprocess.Popen([console_script(args[0])] + args[1:], stdout=log, stderr=subprocess.STDOUT,
                                 stdin=subprocess.DEVNULL)
     deadline = time.monotonic() + timeout_s
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise BoardUnavailable(f"hrt_boardd exited with code {proc.returncode}; see {log_path}")
-        port = _read_port(port_file)
-        if port:
-            return proc, f"127.0.0.1:{port}"
-        time.sleep(0.05)
-    proc.kill()
-    raise BoardUnavailable(f"hrt_boardd did not start within {timeout_s:.0f} s; see {log_path}")
+    try:
+        while time.monotonic() < deadline:
+            if proc.poll() is not None:
+                raise BoardUnavailable(f"hrt_boardd exited with code {proc.returncode}; see {log_path}")
+            port = _read_port(port_file)
+            if port:
+                return proc, f"127.0.0.1:{port}"
+            time.sleep(0.05)
+        raise BoardUnavailable(f"hrt_boardd did not start within {timeout_s:.0f} s; see {log_path}")
+    except BaseException:  # not started (or Ctrl-C while waiting): no daemon is left behind
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait()
+        raise
 
 
 @contextlib.contextmanager
