@@ -19,12 +19,16 @@ preprocessing (resize, BGR packing), the CTC decoding of 40 x 6625 logits and
 gRPC's own work run on the same two cores (about 18 ms per line here), and so
 does anything else running on the machine.
 
-Measured (2026-12-01, 2 cores shared with seven other engineers' jobs, load
-average 10-16 throughout): 1 board 165.4 s (6.0 images/s), 2 boards 253.4 s
-(3.9 images/s, 502 + 498 images at ~495 ms each): 0.65x, metrics identical.
-With the cores oversubscribed five to eight times over, a second local daemon
-adds a third busy process competing for the same two cores, not capacity; the
-goal of 1.8x needs two otherwise idle cores (or two real boards).
+Measured (2026-12-01, 2 cores shared with seven other engineers' jobs):
+- 1000 lines at load average 10-16: 1 board 165.4 s, 2 boards 253.4 s: 0.65x;
+- 1000 lines at load average 6-8: 1 board 85.3 s (85 ms per line), 2 boards
+  120.0 s (236 ms per line on each board): 0.71x;
+- 200 lines at load average 5-7: 18.1 s vs 13.1 s: 1.38x (and 1.17x with
+  OMP/OPENBLAS/MKL_NUM_THREADS=1 for the daemons, so no BLAS thread pool).
+The goal of 1.8x is not met here. With the cores oversubscribed, a second
+local daemon adds a busy process competing for the same two cores rather than
+capacity; why each board's per-line time nearly triples over the longer
+2-board run (on both boards alike, the fresh one too) is not yet explained.
 """
 import argparse
 import os
