@@ -37,7 +37,9 @@ def test_timing_x5_makes_perf_run_at_the_modeled_fps(start_daemon, slow_bin, scr
     daemon = start_daemon("--timing", "x5")
     for threads in (1, 2):
         host, x5 = _perf(daemon.target, slow_bin, scratch, threads, 12)
-        assert host["fps"] == pytest.approx(x5["fps"], rel=0.15), (threads, host, x5)
+        # Pacing never lets the board run faster than the modeled X5 (5 %: the measured window's
+        # edges); a busy host adds its own gaps between frames, so slower is allowed within reason.
+        assert 0.75 * x5["fps"] <= host["fps"] <= 1.05 * x5["fps"], (threads, host, x5)
         assert host["average_latency_ms"] >= 0.95 * x5["latency_1thread_ms"]
     # two threads: the BPU is shared (40 ms per frame), the CPU part (10 ms) overlaps
     assert x5["fps"] == pytest.approx(1e3 / x5["bpu_ms"], rel=0.1) and x5["fps"] < 2 * 1e3 / (x5["bpu_ms"] + x5["cpu_ms"])
