@@ -261,7 +261,10 @@ class MetricsServer(socketserver.ThreadingMixIn, HTTPServer):
         return self
 
     def stop(self) -> None:
-        self.shutdown()
+        # shutdown() waits for serve_forever to notice: it would wait forever if start() never ran.
+        if getattr(self, "_thread", None) is not None:
+            self.shutdown()
+            self._thread.join(timeout=10)
         self.server_close()
 
 

@@ -166,3 +166,17 @@ def test_a_scrape_that_trickles_is_closed_by_its_deadline_and_others_are_served(
     elapsed = time.monotonic() - t0
     slow.close()
     assert closed and 8 < elapsed < 20, f"closed={closed} after {elapsed:.1f} s (scrape deadline 10 s)"
+
+
+def test_a_metrics_server_never_started_stops_at_once():
+    """stop() on an endpoint that was bound but never started (a daemon failing between the two)
+    returns and frees the port; socketserver's shutdown() alone would wait forever."""
+    from bpuemu.board.daemon.metrics import MetricsServer
+
+    server = MetricsServer("127.0.0.1:0", metrics=None)
+    port = server.server_address[1]
+    done = threading.Event()
+    threading.Thread(target=lambda: (server.stop(), done.set()), daemon=True).start()
+    assert done.wait(10), "stop() blocked"
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", port))      # the port is free again
