@@ -37,6 +37,7 @@ import tempfile
 import time
 
 from bpuemu.host.samples.ocr import dataset
+from bpuemu.common.errors import BpuEmuError
 from bpuemu.host.samples.ocr.evaluate import OcrModels, evaluate, local_boards
 
 
@@ -54,7 +55,10 @@ def main(argv=None) -> int:
     p.add_argument("--goal", type=float, default=1.8)
     p.add_argument("--seed", type=int, default=0)
     args = p.parse_args(argv)
-    models = OcrModels.from_paths(*(os.path.join(args.model_dir, f"ppocr_{k}") for k in ("det", "cls", "rec")))
+    try:
+        models = OcrModels.from_paths(*(os.path.join(args.model_dir, f"ppocr_{k}") for k in ("det", "cls", "rec")))
+    except BpuEmuError as exc:
+        p.error(f"--model-dir {args.model_dir}: {exc}")
     with tempfile.TemporaryDirectory(prefix="bench-ocr-farm-") as tmp:
         t0 = time.perf_counter()
         split = dataset.make(tmp, seed=args.seed, n_pages=0, n_lines=args.lines, split="evaluation")
