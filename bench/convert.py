@@ -64,6 +64,13 @@ a busy 2-core machine and peaks at about 5 GB of memory (onnxruntime's calibrato
 every intermediate tensor of every sample). --det-size 320 takes about 7 minutes for the
 detector alone and peaked at 18 GB; it measured ours 0.98912 / 0.97537 against
 onnxruntime's best (Percentile, per_channel) 0.92565 / 0.87855, wall-time ratio 0.54.
+
+Measured on a quiet 2-core machine (load 0.3), after calibration moved onto both cores:
+``--models det --det-size 640 --samples 100 --rounds 1 --timing-only --sides default,MinMax``:
+makertbin default 70.1 s / MinMax 26.2 s = 2.67, peak RSS 3403 / 2108 MB (739 MB of it the
+bench's own at fork); ``--det-size 320 --samples 40``: 14.1 s / 6.1 s = 2.31, 787 / 521 MB.
+The default search scores five candidates on 16 samples each with the model it would ship and
+makertbin prints a per-node cosine table; MinMax does neither.
 """
 import argparse
 import contextlib
