@@ -115,8 +115,9 @@ class Candidate:
     """One calibration the search evaluated, and its output cosine similarity."""
 
     name: str
-    cosine: float
-    per_output: Dict[str, float] = field(default_factory=dict)
+    cosine: float                 # its score; an upper bound of it when it was not scored on every sample
+    per_output: Dict[str, float] = field(default_factory=dict)   # empty when not scored on every sample
+    samples: int = 0              # evaluation samples it was scored on (0: not counted)
 
 
 @dataclass

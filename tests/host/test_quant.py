@@ -644,3 +644,52 @@ def test_histogram_counts_equal_the_clipped_index_formula_across_chunks():
     idx = np.minimum((np.abs(x.reshape(-1)) * np.float32(2048 / absmax)).astype(np.int64), 2047)
     assert x.size > 3 * HIST_CHUNK and st.hist.sum() == x.size
     assert np.array_equal(st.hist, np.bincount(idx, minlength=2048))
+
+
+def _search_both_ways(case, monkeypatch, **opts):
+    """quant.calibrate with the default search as it runs (candidates scored only as far as the choice
+    needs) and exhaustive (every candidate on every evaluation sample): both results."""
+    from bpuemu.host.quant import search
+
+    lazy = quant.calibrate(case.model, case.cal, case.bpu, case.int8_inputs, QO(**opts))
+    original = search.default_search
+    monkeypatch.setattr(search, "default_search", lambda *a, **k: original(*a, exhaustive=True, **k))
+    full = quant.calibrate(case.model, case.cal, case.bpu, case.int8_inputs, QO(**opts))
+    monkeypatch.setattr(search, "default_search", original)
+    return lazy, full
+
+
+def assert_same_choice(lazy, full, evaluation_samples):
+    """``lazy`` and ``full``: the results (QuantParams or search.SearchResult) of the default search as
+    it runs and exhaustive. The choice and every parameter are the exhaustive search's; a candidate scored on every sample
+    has the exhaustive score to the last digit, one left early has a bound at or above it and below
+    the winner's score."""
+    assert (lazy.method, lazy.per_channel, lazy.asymmetric) == (full.method, full.per_channel, full.asymmetric)
+    mine_acts, full_acts = (getattr(r, "activations", None) or r.acts for r in (lazy, full))   # QuantParams, SearchResult
+    assert mine_acts.keys() == full_acts.keys()
+    for t, q in full_acts.items():
+        mine = mine_acts[t]
+        assert np.array_equal(mine.scale, q.scale) and np.array_equal(mine.zero_point, q.zero_point), t
+        assert np.array_equal(mine.threshold, q.threshold) and mine.axis == q.axis, t
+    assert [c.name for c in lazy.candidates] == [c.name for c in full.candidates]
+    best = max(range(len(full.candidates)), key=lambda k: full.candidates[k].cosine)   # the first of equals
+    top = full.candidates[best].cosine
+    for k, (mine, ref) in enumerate(zip(lazy.candidates, full.candidates)):
+        if mine.samples == evaluation_samples:
+            assert (mine.cosine, mine.per_output) == (ref.cosine, ref.per_output), mine.name
+        else:
+            assert 0 < mine.samples < evaluation_samples and mine.per_output == {}, mine.name
+            assert ref.cosine <= mine.cosine, mine.name                   # a bound of its score
+            assert mine.cosine < top or (mine.cosine == top and k > best), mine.name   # that rules it out
+
+
+@pytest.mark.parametrize("target", [0.5, 0.995, 1.01])
+def test_default_search_chooses_what_scoring_every_candidate_on_every_sample_chooses(zoo, monkeypatch, target):
+    """Stopping at step 1 (target 0.5), the seed's target, and all five candidates (target 1.01): the
+    choice and the parameters are the exhaustive search's; candidates it could rule out early were
+    scored on fewer samples (what saves the time) with a bound that rules them out."""
+    lazy, full = _search_both_ways(zoo, monkeypatch, search_target=target)
+    assert_same_choice(lazy, full, len(zoo.cal))
+    assert len(full.candidates) == (3 if target == 0.5 else 5 if target > 1 else len(full.candidates))
+    if target > 1:
+        assert any(c.samples < len(zoo.cal) for c in lazy.candidates)

@@ -78,3 +78,44 @@ def test_real_cnn_converts_with_cosine_at_least_0_99(tmp_path, rapidocr_models, 
     # On pages the calibration never saw it is lower for the 2-class direction classifier
     # (onnxruntime's best quantize_static setting measured the same there); hold it to 0.98.
     assert float(np.mean(cosines)) >= 0.98, cosines
+
+
+@pytest.mark.parametrize("name", ["sample", "cls", "det"])
+def test_default_search_artifacts_equal_scoring_every_candidate_on_every_sample(tmp_path, rapidocr_models, monkeypatch, name):
+    """The default search scores a candidate only until the choice is certain (bpuemu.host.quant.search);
+    on the sample CNN, PP-OCR cls and det the five artifacts are byte-identical to those of the
+    exhaustive search (every candidate on all 16 evaluation samples, converted into the same
+    working_dir), the choice is the same, and the candidates left early are ruled out by their bound."""
+    from bpuemu.host.quant import search
+    from bpuemu.host.samples import write_sample_project
+
+    from test_quant import assert_same_choice
+
+    if name == "sample":
+        cfg = write_sample_project(str(tmp_path / "sample"), 64, "rgb", samples=20)
+    else:
+        _, h, w = MODELS[name]
+        rng = np.random.default_rng(7)
+        cal = write_cal_dir(str(tmp_path / "cal"), [text_image(h, w, rng)[..., ::-1].transpose(2, 0, 1)[None] for _ in range(20)])
+        cfg = write_config(
+            str(tmp_path / f"{name}.yaml"), rapidocr_models[name], name, str(tmp_path / "out"),
+            {"x": {"input_type_train": "bgr", "input_layout_train": "NCHW", "input_type_rt": "bgr", "input_layout_rt": "NCHW",
+                   "norm_type": "data_mean_and_scale", "mean_value": "127.5 127.5 127.5", "scale_value": "0.007843137",
+                   "input_shape": f"1x3x{h}x{w}", "cal_data_dir": cal, "cal_data_type": "uint8"}})
+    original = search.default_search
+    results, files = [], []
+    for exhaustive in (True, False):
+        def spy(*a, **k):
+            results.append(original(*a, exhaustive=exhaustive, **k))
+            return results[-1]
+
+        monkeypatch.setattr(search, "default_search", spy)
+        art = makertbin_from_config(cfg)
+        paths = [art.original, art.optimized, art.calibrated, art.quantized, art.bin]
+        files.append([open(p, "rb").read() for p in paths])
+    full, lazy = results
+    for p, a, b in zip(paths, *files):
+        assert a == b, f"{os.path.basename(p)} differs"
+    assert_same_choice(lazy, full, 16)
+    print(f"{name}: chose {lazy.method} (per_channel {lazy.per_channel}, asymmetric {lazy.asymmetric}); scored on "
+          + ", ".join(f"{c.name} {c.samples}" for c in lazy.candidates))
