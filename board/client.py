@@ -50,24 +50,23 @@ from bpuemu.common.version import API_VERSION, __version__
 from bpuemu.common.wire import (
     CHANNEL_OPTIONS,
     ERROR,
+    FrameReader,
     HELLO,
     HELLO_OK,
-    INFER,
     REPLY,
     TOKEN_METADATA_KEY,
     UPLOAD_CHUNK_BYTES,
     join_target,
-    frame_parts,
     pack_frame,
-    read_frame,
     send_parts,
     split_target,
 )
 from bpuemu.board.messages import (
+    ZERO_COPY_BYTES,
+    ReplyParser,
+    RequestFrames,
     infer_request,
-    infer_request_parts,
     infer_result,
-    infer_result_from_buffer,
     onnxruntime_version,
     perf_report_from_proto,
 )
@@ -90,7 +89,11 @@ class Deadlines:
 
 
 class _DataChannel:
-    """A connection to the board's infer data channel (see bpuemu.common.wire)."""
+    """A connection to the board's infer data channel (see bpuemu.common.wire).
+
+    A call is one sendmsg of the request (RequestFrames: the inputs from their own memory) and, usually,
+    one recv of the whole reply (FrameReader), in the calling thread: no other thread is woken on the way.
+    """
 
     CONNECT_TIMEOUT_S = 2.0
 
@@ -101,23 +104,28 @@ class _DataChannel:
             if tls is not None:  # the same files and name check as the gRPC channel
                 self.sock = tls.ssl_context().wrap_socket(self.sock, server_hostname=tls.hostname_for(host))
             self.sock.sendall(pack_frame(HELLO, token.encode()))
-            kind, payload = read_frame(self.sock, deadline=time.monotonic() + self.CONNECT_TIMEOUT_S)
+            # Replies under ZERO_COPY_BYTES are read into one kept buffer (their tensors are copied out);
+            # larger ones into their own, which the outputs view.
+            self.reader = FrameReader(self.sock, keep_bytes=ZERO_COPY_BYTES - 1)
+            kind, payload = self.reader.frame(time.monotonic() + self.CONNECT_TIMEOUT_S)
+            payload = bytes(payload)
         except BaseException:
             self.sock.close()
             raise
         if kind != HELLO_OK:
             self.sock.close()
-            raise ConnectionRefusedError(bytes(payload).decode(errors="replace"))
+            raise ConnectionRefusedError(payload.decode(errors="replace"))
+        self.requests = RequestFrames()
+        self.replies = ReplyParser()
 
-    def infer(self, request_parts: list, timeout: float) -> tuple:
-        """(InferResult, None) or (None, (status name, message)). ``request_parts``: an encoded
-        InferRequest as buffers (messages.infer_request_parts), sent without joining them."""
+    def infer(self, args: tuple, timeout: float) -> tuple:
+        """(InferResult, None) or (None, (status name, message)). ``args``: infer_request's arguments."""
         deadline = time.monotonic() + timeout
-        send_parts(self.sock, frame_parts(INFER, request_parts), deadline)
-        kind, payload = read_frame(self.sock, deadline=deadline)
-        if kind == REPLY:  # the outputs are views of this reply's own buffer
+        send_parts(self.sock, self.requests.parts(*args), deadline)
+        kind, payload = self.reader.frame(deadline)
+        if kind == REPLY:
             try:
-                return infer_result_from_buffer(payload), None
+                return self.replies.parse(payload, copy=len(payload) <= self.reader.keep_bytes), None
             except (ValueError, DecodeError) as exc:
                 raise ConnectionError(f"malformed reply: {exc}") from None
         if kind == ERROR:
@@ -334,7 +342,6 @@ class BoardClient:
         """Infer over the data channel; None when it is not available (the caller uses gRPC)."""
         if not self._use_data or not self.info.data_port:
             return None
-        parts = infer_request_parts(*args)  # views of the inputs: built before the channel is taken
         if not self._data_lock.acquire(blocking=False):
             return None
         try:
@@ -345,7 +352,7 @@ class BoardClient:
                     self._use_data = False  # firewalled, forwarded, or refused: gRPC from now on
                     return None
             try:
-                reply, error = self._data.infer(parts, timeout)
+                reply, error = self._data.infer(args, timeout)
             except socket.timeout:
                 self._data.close()
                 self._data = None

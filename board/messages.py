@@ -7,13 +7,17 @@ the same functions, so the two ends cannot drift apart.
 import os
 import platform
 import socket
-from typing import List, Sequence
+import struct
+from typing import List, Optional, Sequence
 
 import numpy as np
 
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.version import API_VERSION, FORMAT_MAJOR, FORMAT_MINOR, RUNTIME_VERSION, __version__
-from bpuemu.common.tensor import WIRE_NAMES, from_wire, split_tensors, tensor_parts, to_wire
+from bpuemu.common.tensor import (
+    WIRE_NAMES, byte_view, from_wire, message_fields, tensor_data, tensor_head, tensor_layout, to_wire,
+)
+from bpuemu.common.wire import DATA_HEADER, DATA_MAGIC, INFER, REPLY
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 
@@ -79,60 +83,14 @@ def _request_fields(sha: str, model_name: str, inputs: Sequence[np.ndarray], inp
     return req, zip(names, inputs)
 
 
-#: Below this many bytes of tensors a message is built and parsed by protobuf itself: copying
-#: small tensors costs less than handling them one by one in Python.
+#: Replies under this many bytes are read into the buffer a data channel connection keeps and their
+#: tensors copied out (copying small tensors costs less than a buffer per reply); larger ones are read
+#: into a buffer of their own, which the outputs view.
 ZERO_COPY_BYTES = 64 << 10
 
 _INPUTS = board_pb2.InferRequest.DESCRIPTOR.fields_by_name["inputs"].number
 _OUTPUTS = board_pb2.InferReply.DESCRIPTOR.fields_by_name["outputs"].number
 _INTERMEDIATES = board_pb2.InferReply.DESCRIPTOR.fields_by_name["intermediates"].number
-
-
-def infer_request_parts(sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
-                        dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> list:
-    """infer_request's encoding as buffers for one sendmsg, the inputs' data not copied (the data channel)."""
-    inputs = [np.asarray(a) for a in inputs]
-    if sum(a.nbytes for a in inputs) < ZERO_COPY_BYTES:
-        return [infer_request(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
-                .SerializeToString()]
-    req, named = _request_fields(sha, model_name, inputs, input_names, dump_intermediate, frame_count, core_id)
-    parts = [req.SerializeToString()]
-    for n, a in named:
-        parts += tensor_parts(_INPUTS, n, a)
-    return parts
-
-
-def request_from_buffer(buf) -> tuple:
-    """(the InferRequest without its inputs, the inputs viewed in ``buf``) of an encoded InferRequest."""
-    if len(buf) < ZERO_COPY_BYTES:
-        req = board_pb2.InferRequest.FromString(buf)
-        inputs = request_inputs(req)
-        del req.inputs[:]
-        return req, inputs
-    req, tensors = split_tensors(buf, board_pb2.InferRequest, (_INPUTS,))
-    return req, [from_wire(t, data) for t, data in tensors[_INPUTS]]
-
-
-def infer_reply_parts(result: InferResult) -> list:
-    """infer_reply's encoding as buffers for one sendmsg, the tensors' data not copied (the data channel)."""
-    named = ((_OUTPUTS, result.outputs), (_INTERMEDIATES, result.intermediates))
-    if sum(np.asarray(a).nbytes for _, tensors in named for a in tensors.values()) < ZERO_COPY_BYTES:
-        return [infer_reply(result).SerializeToString()]
-    parts = [board_pb2.InferReply(latency_ms=result.latency_ms).SerializeToString()]
-    for field, tensors in named:
-        for n, a in tensors.items():
-            parts += tensor_parts(field, n, a)
-    return parts
-
-
-def infer_result_from_buffer(buf) -> InferResult:
-    """infer_result of an encoded InferReply, its tensors viewed in ``buf`` (which they keep alive)."""
-    if len(buf) < ZERO_COPY_BYTES:
-        return infer_result(board_pb2.InferReply.FromString(buf))
-    reply, tensors = split_tensors(buf, board_pb2.InferReply, (_OUTPUTS, _INTERMEDIATES))
-    return InferResult(outputs={t.name: from_wire(t, data) for t, data in tensors[_OUTPUTS]},
-                       intermediates={t.name: from_wire(t, data) for t, data in tensors[_INTERMEDIATES]},
-                       latency_ms=list(reply.latency_ms))
 
 
 def request_inputs(req) -> List[np.ndarray]:
@@ -153,3 +111,200 @@ def infer_result(reply: board_pb2.InferReply) -> InferResult:
         intermediates={t.name: from_wire(t) for t in reply.intermediates},
         latency_ms=list(reply.latency_ms),
     )
+
+
+# --- a connection's stream of infer calls (the data channel) ---------------------------------------
+#
+# The data channel carries InferRequest / InferReply in their protobuf encoding without copying a tensor in
+# Python: the sender writes a frame as a list of buffers for one sendmsg (the message's other fields, each
+# tensor's header, the arrays' own memory), the receiver finds each tensor's data in the buffer it read and
+# views it there. Both ends stay plain protobuf: either may be the ordinary encoder or parser.
+#
+# A client calls one model with inputs of one form over and over, and the board answers with outputs of one
+# form: each call's bytes are the last call's everywhere but in the tensors' data (and the latencies). So
+# each end of a connection keeps the bytes around the data from the last call: the sender reuses them, the
+# receiver compares them with the last message it parsed and, when they are the same, views the data where
+# it was before. A call of another form is encoded, or parsed, in full (tensor_layout, from_wire's checks).
+
+def _frame_heads(kind: int, pieces: Sequence) -> list:
+    """The bytes around the varying parts of a frame, [h0, h1, ..., hk]: the frame is h0 v0 h1 v1 ... hk.
+    ``pieces``: the payload in order, each fixed bytes or the size (an int > 0) of a varying part."""
+    heads, cur, size = [], b"", 0
+    for piece in pieces:
+        if isinstance(piece, int):
+            heads.append(cur)
+            cur = b""
+            size += piece
+        else:
+            cur += piece
+            size += len(piece)
+    heads.append(cur)
+    heads[0] = DATA_HEADER.pack(DATA_MAGIC, kind, size) + heads[0]
+    return heads
+
+
+def _tensor_pieces(field: int, name: str, array: np.ndarray) -> list:
+    head = tensor_head(field, name, array)
+    return [head, array.nbytes] if array.nbytes else [head]
+
+
+def _interleave(heads: list, varying: list) -> list:
+    parts = [heads[0]]
+    for v, h in zip(varying, heads[1:]):
+        parts.append(v)
+        if h:
+            parts.append(h)
+    return parts
+
+
+class RequestFrames:
+    """INFER frames for one data channel connection (the client's end), as buffers for one sendmsg: the
+    encoded infer_request with its frame header, the inputs' data not copied, the bytes around it kept from
+    the last call of the same form (model, names, options, input dtypes and shapes)."""
+
+    def __init__(self):
+        self._key = None
+        self._heads: list = []
+
+    def parts(self, sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
+              dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> list:
+        arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in inputs]
+        key = (sha, model_name, tuple(input_names), dump_intermediate, frame_count, core_id,
+               tuple([(a.dtype, a.shape) for a in arrays]))
+        if key != self._key:
+            req, named = _request_fields(sha, model_name, arrays, input_names, dump_intermediate, frame_count, core_id)
+            pieces = [req.SerializeToString()]
+            for n, a in named:
+                pieces += _tensor_pieces(_INPUTS, n, a)
+            self._heads, self._key = _frame_heads(INFER, pieces), key
+        return _interleave(self._heads, [tensor_data(a) for a in arrays if a.nbytes])
+
+
+class ReplyFrames:
+    """REPLY frames for one data channel connection (the board's end), as buffers for one sendmsg: the
+    encoded infer_reply with its frame header, the tensors' data not copied, the bytes around it and the
+    latencies kept from the last reply of the same form (tensor names, dtypes and shapes, number of frames)."""
+
+    def __init__(self):
+        self._key = None
+        self._heads: list = []
+
+    def parts(self, result: InferResult) -> list:
+        tensors = [(_OUTPUTS, n, np.asarray(a)) for n, a in result.outputs.items()]
+        if result.intermediates:
+            tensors += [(_INTERMEDIATES, n, np.asarray(a)) for n, a in result.intermediates.items()]
+        frames = len(result.latency_ms)
+        key = (tuple([(f, n, a.dtype, a.shape) for f, n, a in tensors]), frames)
+        if key != self._key:
+            pieces = [_LATENCY_KEY + _varint(8 * frames), 8 * frames] if frames else []
+            for f, n, a in tensors:
+                pieces += _tensor_pieces(f, n, a)
+            self._heads, self._key = _frame_heads(REPLY, pieces), key
+        varying = [tensor_data(a) for _, _, a in tensors if a.nbytes]
+        if frames:
+            varying.insert(0, struct.pack(f"<{frames}d", *result.latency_ms))
+        return _interleave(self._heads, varying)
+
+
+_LATENCY = board_pb2.InferReply.DESCRIPTOR.fields_by_name["latency_ms"].number
+_LATENCY_KEY = bytes([_LATENCY << 3 | 2])
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while n > 0x7F:
+        out.append((n & 0x7F) | 0x80)
+        n >>= 7
+    out.append(n)
+    return bytes(out)
+
+
+class _StreamParser:
+    """Messages of one class with tensors, from one connection: the last message's parse is reused for one
+    whose bytes are the same everywhere but in its tensors' data (and, for a reply, its latencies)."""
+
+    def __init__(self, message_class, tensor_fields: Sequence[int], packed_doubles: Optional[int] = None):
+        self.message_class, self.tensor_fields, self.packed_doubles = message_class, tensor_fields, packed_doubles
+        self._size = -1
+        self._fixed: list = []    # (start, stop, bytes) around the varying parts
+        self._tensors: list = []  # (field, name, start, stop, dtype, shape)
+        self._doubles = None      # (start, count) of the packed doubles
+        self._message = None
+
+    def parse(self, view: memoryview, copy: bool) -> tuple:
+        """(the message without its tensors, [(field, name, array)], the packed doubles or None).
+        ``copy``: the arrays own their data (else they view ``view``)."""
+        if len(view) == self._size:
+            for start, stop, ref in self._fixed:
+                if bytes(view[start:stop]) != ref:  # a memoryview compares item by item: 3x slower
+                    break
+            else:
+                tensors = []
+                for field, name, start, stop, dtype, shape in self._tensors:
+                    a = np.frombuffer(view[start:stop], dtype).reshape(shape)
+                    tensors.append((field, name, a.copy() if copy else a))
+                doubles = None
+                if self._doubles is not None:
+                    start, count = self._doubles
+                    doubles = list(struct.unpack_from(f"<{count}d", view, start))
+                return self._message, tensors, doubles
+        return self._full(view, copy)
+
+    def _full(self, view: memoryview, copy: bool) -> tuple:
+        self._size = -1  # until this parse succeeds
+        message, where = tensor_layout(view, self.message_class, self.tensor_fields)
+        tensors, layout, varying = [], [], []
+        for field in self.tensor_fields:
+            for t, start, stop in where[field]:
+                a = from_wire(t, view[start:stop])
+                layout.append((field, t.name, start, stop, a.dtype, a.shape))
+                tensors.append((field, t.name, a.copy() if copy else a))
+                varying.append((start, stop))
+        doubles, self._doubles = None, None
+        if self.packed_doubles is not None:
+            values = list(getattr(message, self.message_class.DESCRIPTOR.fields_by_number[self.packed_doubles].name))
+            found = [(p, e) for f, _, _, p, e in message_fields(view, 0, len(view)) if f == self.packed_doubles]
+            if values and (len(found) != 1 or found[0][1] - found[0][0] != 8 * len(values)):
+                return message, tensors, values  # not one packed field: parsed, not kept
+            if values:
+                varying.append(found[0])
+                self._doubles = (found[0][0], len(values))
+            doubles = values
+        fixed, at = [], 0
+        for start, stop in sorted(varying):
+            if start > at:
+                fixed.append((at, start, bytes(view[at:start])))
+            at = stop
+        if at < len(view):
+            fixed.append((at, len(view), bytes(view[at:])))
+        self._fixed, self._tensors, self._message, self._size = fixed, layout, message, len(view)
+        return message, tensors, doubles
+
+
+class RequestParser:
+    """Encoded InferRequests of one data channel connection (the board's end): the inputs are views of the
+    buffer, the request's other fields parsed once for a stream of calls of one form."""
+
+    def __init__(self):
+        self._parser = _StreamParser(board_pb2.InferRequest, (_INPUTS,))
+
+    def parse(self, buf) -> tuple:
+        """(the InferRequest without its inputs, the inputs viewed in ``buf``); ValueError or DecodeError
+        for a malformed request."""
+        request, tensors, _ = self._parser.parse(byte_view(buf), copy=False)
+        return request, [a for _, _, a in tensors]
+
+
+class ReplyParser:
+    """Encoded InferReplies of one data channel connection (the client's end), as InferResults."""
+
+    def __init__(self):
+        self._parser = _StreamParser(board_pb2.InferReply, (_OUTPUTS, _INTERMEDIATES), packed_doubles=_LATENCY)
+
+    def parse(self, buf, copy: bool) -> InferResult:
+        """The InferResult of an encoded InferReply; ``copy``: its tensors own their data (else they view
+        ``buf``, which they keep alive)."""
+        reply, tensors, latency = self._parser.parse(byte_view(buf), copy)
+        return InferResult(outputs={n: a for f, n, a in tensors if f == _OUTPUTS},
+                           intermediates={n: a for f, n, a in tensors if f == _INTERMEDIATES},
+                           latency_ms=latency if latency is not None else list(reply.latency_ms))

@@ -140,7 +140,7 @@ def to_wire(name: str, array: np.ndarray) -> board_pb2.Tensor:
 
 def from_wire(t: board_pb2.Tensor, data=None) -> np.ndarray:
     """The numpy view of a wire tensor (no copy). ``data``: the tensor's bytes when they were kept
-    out of ``t`` (a buffer of a received frame, see split_tensors); else ``t.data`` (read-only)."""
+    out of ``t`` (a buffer of a received frame, see tensor_layout); else ``t.data`` (read-only)."""
     # A name from the closed list, never np.dtype(<wire text>): numpy parses
     # arbitrary strings as record formats and raises whatever its parser raises.
     dtype = WIRE_DTYPES.get(t.dtype)
@@ -195,19 +195,23 @@ def _key(field: int, wire_type: int) -> bytes:
     return _varint(field << 3 | wire_type)
 
 
-def tensor_parts(field: int, name: str, array: np.ndarray) -> list:
-    """Tensor ``name`` as field ``field`` of its message: [header bytes, the array's memory]."""
-    array = np.asarray(array)
+def tensor_head(field: int, name: str, array: np.ndarray) -> bytes:
+    """The bytes before the data of tensor ``name`` (``array``'s dtype and shape) as field ``field`` of its
+    message: the field's key and length, the Tensor's name, dtype and shape, the data field's key and length."""
     dtype = WIRE_NAMES.get(array.dtype)  # none for a non-native byte order
     if dtype is None:
         raise InvalidInput(f"tensor '{name[:80]}': dtype {array.dtype.str} cannot be sent "
                            f"(a wire tensor is one of {', '.join(sorted(WIRE_DTYPES))}, native byte order)")
-    if not array.flags.c_contiguous:
-        array = array.copy()  # C order, as tobytes() would write it (a 0-d array stays 0-d)
     meta = board_pb2.Tensor(name=name, dtype=dtype, shape=array.shape).SerializeToString()
     data = _key(_TENSOR_DATA, _PB_LEN) + _varint(array.nbytes)
-    head = _key(field, _PB_LEN) + _varint(len(meta) + len(data) + array.nbytes) + meta + data
-    return [head, memoryview(array.reshape(-1)).cast("B")] if array.nbytes else [head]
+    return _key(field, _PB_LEN) + _varint(len(meta) + len(data) + array.nbytes) + meta + data
+
+
+def tensor_data(array: np.ndarray) -> memoryview:
+    """The bytes of ``array`` in C order, as a view of its own memory when it has them so (else of a copy)."""
+    if not array.flags.c_contiguous:
+        array = array.copy()  # C order, as tobytes() would write it (a 0-d array stays 0-d)
+    return memoryview(array.reshape(-1)).cast("B")
 
 
 def _read_varint(buf, pos: int, end: int) -> tuple:
@@ -223,7 +227,7 @@ def _read_varint(buf, pos: int, end: int) -> tuple:
         shift += 7
 
 
-def _fields(buf, pos: int, end: int):
+def message_fields(buf, pos: int, end: int):
     """(field number, wire type, start of the field's key, start of its value, end of its value) of each field."""
     while pos < end:
         start = pos
@@ -250,27 +254,31 @@ def _fields(buf, pos: int, end: int):
         pos = stop
 
 
-def split_tensors(buf, message_class, tensor_fields: Sequence[int]) -> tuple:
-    """Parse ``buf`` (the protobuf encoding of a ``message_class``) without copying its tensors' data:
-    (the message without the ``tensor_fields``, {field: [(Tensor without data, memoryview of its data)]}).
+def byte_view(buf) -> memoryview:
+    """A flat unsigned-byte view of ``buf``."""
+    view = memoryview(buf)
+    return view if view.format == "B" and view.ndim == 1 else view.cast("B")
+
+
+def tensor_layout(view: memoryview, message_class, tensor_fields: Sequence[int]) -> tuple:
+    """Parse ``view`` (the protobuf encoding of a ``message_class``) without copying its tensors' data:
+    (the message without the ``tensor_fields``, {field: [(Tensor without data, start, stop)]}), each
+    tensor's data being ``view[start:stop]``.
 
     Raises ValueError on a malformed encoding (protobuf's parser raises DecodeError on the rest).
     """
-    view = memoryview(buf)
-    if view.format != "B" or view.ndim != 1:
-        view = view.cast("B")
     rest = bytearray()
     tensors = {f: [] for f in tensor_fields}
-    for field, wire_type, start, pos, stop in _fields(view, 0, len(view)):
+    for field, wire_type, start, pos, stop in message_fields(view, 0, len(view)):
         if field not in tensors or wire_type != _PB_LEN:
             rest += view[start:stop]
             continue
         meta = bytearray()
-        data = view[0:0]
-        for f, wt, s, p, e in _fields(view, pos, stop):
+        data = (pos, pos)
+        for f, wt, s, p, e in message_fields(view, pos, stop):
             if f == _TENSOR_DATA and wt == _PB_LEN:
-                data = view[p:e]  # the last one wins, as in protobuf
+                data = (p, e)  # the last one wins, as in protobuf
             else:
                 meta += view[s:e]
-        tensors[field].append((board_pb2.Tensor.FromString(bytes(meta)), data))
+        tensors[field].append((board_pb2.Tensor.FromString(bytes(meta)), *data))
     return message_class.FromString(bytes(rest)), tensors

@@ -157,6 +157,81 @@ def send_parts(sock, parts: list, deadline: float) -> None:
                 sent = 0
 
 
+class FrameReader:
+    """The frames of one connection, read into a buffer it keeps with as few recv calls as the bytes allow.
+
+    Each recv takes whatever has arrived, up to the buffer's room, so a frame that has
+    come whole (the usual reply, a request's first segment) costs one poll and one recv
+    with its header, not two of each, and one socket timeout set per read, not per recv
+    (each settimeout is a system call). Bytes past a frame stay for the next read.
+
+    ``payload`` returns a view of the kept buffer, valid until the next read of this
+    reader, for frames of up to ``keep_bytes``; a larger frame gets a buffer of its own,
+    which its caller may keep (views of it live on). The kept buffer grows to the
+    largest frame it holds.
+    """
+
+    def __init__(self, sock, keep_bytes: int, size: int = 1 << 16):
+        self.sock = sock
+        self.keep_bytes = keep_bytes
+        self._buf = bytearray(size)
+        self._view = memoryview(self._buf)
+        self._start = self._end = 0  # the unread bytes: self._buf[self._start:self._end]
+
+    def header(self, deadline: Optional[float] = None) -> tuple:
+        """(kind, payload length) of the next frame; raises ValueError on a wrong magic."""
+        self._fill(DATA_HEADER.size, deadline)
+        magic, kind, length = DATA_HEADER.unpack_from(self._buf, self._start)
+        if magic != DATA_MAGIC:
+            raise ValueError(f"bad frame magic {magic!r}")
+        self._start += DATA_HEADER.size
+        return kind, length
+
+    def payload(self, length: int, deadline: Optional[float] = None) -> memoryview:
+        """The next ``length`` bytes (the payload whose header was just read)."""
+        if length > self.keep_bytes:
+            own = bytearray(length)
+            take = min(self._end - self._start, length)
+            own[:take] = self._view[self._start:self._start + take]
+            self._start += take
+            read_into(self.sock, memoryview(own)[take:], deadline)
+            return memoryview(own)
+        self._fill(length, deadline)
+        view = self._view[self._start:self._start + length]
+        self._start += length
+        return view
+
+    def frame(self, deadline: Optional[float] = None, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple:
+        """(kind, payload) of the next frame, as read_frame."""
+        kind, length = self.header(deadline)
+        if length > max_bytes:
+            raise ValueError(f"frame of {length} bytes is over the {max_bytes}-byte limit")
+        return kind, self.payload(length, deadline)
+
+    def _fill(self, n: int, deadline: Optional[float]) -> None:
+        """At least ``n`` unread bytes in the buffer, by ``deadline``."""
+        have = self._end - self._start
+        if have >= n:
+            return
+        if self._start + n > len(self._buf):  # make room: the unread bytes to the front, of a larger buffer if need be
+            unread = bytes(self._view[self._start:self._end])
+            if n > len(self._buf):
+                self._buf = bytearray(max(n, 2 * len(self._buf)))
+                self._view = memoryview(self._buf)
+            self._buf[:have] = unread
+            self._start, self._end = 0, have
+        while self._end - self._start < n:
+            if deadline is not None:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise socket.timeout("deadline passed mid-frame")
+                self.sock.settimeout(remaining)
+            k = self.sock.recv_into(self._view[self._end:])
+            if not k:
+                raise ConnectionError("connection closed mid-frame" if self._end > self._start else "connection closed")
+            self._end += k
+
+
 def read_frame(sock, max_bytes: int = MAX_MESSAGE_BYTES, deadline: Optional[float] = None) -> tuple:
     """(kind, payload) of the next frame; ``deadline`` as for read_exact."""
     magic, kind, length = DATA_HEADER.unpack(bytes(read_exact(sock, DATA_HEADER.size, deadline)))

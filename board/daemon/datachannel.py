@@ -51,10 +51,9 @@ from google.protobuf.message import DecodeError
 
 from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.wire import (
-    DATA_HEADER, DATA_MAGIC, ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, REPLY, frame_parts, pack_frame, read_exact,
-    read_frame, read_into, send_all, send_parts,
+    ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, FrameReader, pack_frame, send_all, send_parts,
 )
-from bpuemu.board.messages import infer_reply_parts, request_from_buffer
+from bpuemu.board.messages import ReplyFrames, RequestParser
 from bpuemu.board.daemon.state import BoardState
 
 log = logging.getLogger("bpuemu.board.daemon")
@@ -118,32 +117,29 @@ class _Handler(socketserver.BaseRequestHandler):
         try:
             if server.ssl_context is not None:
                 sock = server.ssl_context.wrap_socket(sock, server_side=True)
-            kind, token = read_frame(sock, max_bytes=4096, deadline=deadline)
+            # Requests up to REUSED_BUFFER_BYTES are read into one buffer the connection keeps (no allocation
+            # per call); the inputs view it until the reply is sent.
+            reader = FrameReader(sock, keep_bytes=REUSED_BUFFER_BYTES, size=4096)
+            kind, token = reader.frame(deadline, max_bytes=4096)
             if kind != HELLO or not hmac.compare_digest(bytes(token), server.token):
                 send_all(sock, pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel"), deadline)
                 return
             send_all(sock, pack_frame(HELLO_OK), deadline)
-            kept = bytearray()  # the request buffer this connection reuses
+            requests, replies = RequestParser(), ReplyFrames()  # this connection's stream of calls
+            limits = server.state.limits
             while True:
-                header = read_exact(sock, DATA_HEADER.size, time.monotonic() + server.idle_timeout_s)
+                kind, length = reader.header(time.monotonic() + server.idle_timeout_s)
                 call_started = time.perf_counter()
-                magic, kind, length = DATA_HEADER.unpack(bytes(header))
-                if magic != DATA_MAGIC or length > MAX_MESSAGE_BYTES:
-                    raise ValueError(f"bad frame header (magic {magic!r}, {length} bytes)")
+                if length > MAX_MESSAGE_BYTES:
+                    raise ValueError(f"bad frame header ({length} bytes)")
                 if kind != INFER:
                     send_all(sock, pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO"),
-                             time.monotonic() + server.state.limits.call_deadline_s)
+                             time.monotonic() + limits.call_deadline_s)
                     return
-                if length <= REUSED_BUFFER_BYTES:
-                    if len(kept) < length:
-                        kept = bytearray(length)
-                    payload = memoryview(kept)[:length]
-                else:
-                    payload = memoryview(bytearray(length))
-                read_into(sock, payload, time.monotonic() + server.state.limits.transfer_s(length))
-                reply, code = self._infer(payload, lambda: _peer_connected(sock))
+                payload = reader.payload(length, time.monotonic() + limits.transfer_s(length))
+                reply, code = self._infer(requests, replies, payload, lambda: _peer_connected(sock))
                 size = sum(memoryview(p).nbytes for p in reply)
-                send_parts(sock, reply, time.monotonic() + server.state.limits.transfer_s(size))
+                send_parts(sock, reply, time.monotonic() + limits.transfer_s(size))
                 del payload, reply  # nothing views the kept buffer when the next request comes into it
                 server.count_call(code, call_started)
                 call_started = None
@@ -162,20 +158,20 @@ class _Handler(socketserver.BaseRequestHandler):
             if sock is not self.request:
                 sock.close()
 
-    def _infer(self, payload: memoryview, is_active) -> tuple:
+    def _infer(self, requests: RequestParser, replies: ReplyFrames, payload: memoryview, is_active) -> tuple:
         """(the reply frame as buffers for send_parts, its status name).
 
         The inputs are viewed in the received buffer and the outputs sent from their own
-        memory (bpuemu.common.tensor.split_tensors, tensor_parts): no copy of a tensor in Python.
+        memory (bpuemu.board.messages.RequestParser, ReplyFrames): no copy of a tensor in Python.
         """
         try:
             try:
-                request, inputs = request_from_buffer(payload)
+                request, inputs = requests.parse(payload)
             except (ValueError, DecodeError) as exc:
                 raise InvalidInput(f"the infer request is not a valid InferRequest: {exc}") from None
             result = self.server.state.infer(request.sha256, request.model_name, inputs,
                                              request.frame_count, request.dump_intermediate, is_active)
-            return frame_parts(REPLY, infer_reply_parts(result)), "OK"
+            return replies.parts(result), "OK"
         except BpuEmuError as exc:
             return [pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())], exc.grpc_status
         except Exception as exc:  # a bug: report it like the gRPC interceptor does

@@ -92,7 +92,7 @@ class BoardState:
         self.intra_op_threads = intra_op_threads
         self._loaded: Dict[str, LoadedFile] = {}
         self._lock = threading.Lock()
-        self._jobs = threading.BoundedSemaphore(limits.max_jobs)
+        self._slots_taken = 0  # job slots in use, of limits.max_jobs
         self._running: Dict[str, int] = {}  # by kind ("infer", "perf"): calls in a job slot
         self._queued: Dict[str, int] = {}   # by kind: calls accepted, not yet in a slot (loading their model)
 
@@ -106,11 +106,12 @@ class BoardState:
             )
 
     def load(self, sha: str) -> LoadedFile:
+        if type(sha) is str:  # a loaded model's id was checked when it was loaded
+            with self._lock:
+                loaded = self._loaded.get(sha)
+            if loaded is not None:
+                return loaded
         check_sha(sha)
-        with self._lock:
-            loaded = self._loaded.get(sha)
-        if loaded is not None:
-            return loaded
         data = self.store.read(sha)
         binfile = decode_bin(data, source=f"model {sha[:12]}")
         runtime = Runtime(self.intra_op_threads)
@@ -145,14 +146,21 @@ class BoardState:
         within the frame limit, counted in GetStats."""
         self.stats.add("infer_calls")
         try:
-            with self.queued("infer"):
-                model = self.load(sha).runtime.model(model_name)
-                frames = max(1, frame_count)
-                if frames > self.limits.max_frame_count:
-                    raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.limits.max_frame_count}")
-            with self.job("infer"):
+            with self._lock:
+                loaded = self._loaded.get(sha) if type(sha) is str else None
+            if loaded is None:  # counted as queued while its model loads
+                with self.queued("infer"):
+                    loaded = self.load(sha)
+            model = loaded.runtime.model(model_name)
+            frames = max(1, frame_count)
+            if frames > self.limits.max_frame_count:
+                raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.limits.max_frame_count}")
+            self._take_slot("infer")
+            try:
                 return run_frames(model, inputs, frames, dump_intermediate, is_active,
                                   on_frame=lambda: self.stats.add("infer_frames"))
+            finally:
+                self._free_slot("infer")
         except BaseException:
             self.stats.add("infer_errors")
             raise
@@ -160,17 +168,29 @@ class BoardState:
     @contextmanager
     def job(self, what: str):
         """Hold one of the board's job slots, or fail at once when all are busy."""
-        if not self._jobs.acquire(blocking=False):
-            self.stats.add("refused_busy")
-            raise ResourceExhausted(
-                f"board is busy: {self.limits.max_jobs} jobs already running; {what} refused",
-                hint="retry later, or start hrt_boardd with a larger --max-jobs",
-            )
+        self._take_slot(what)
         try:
-            with self._count(self._running, what):
-                yield
+            yield
         finally:
-            self._jobs.release()
+            self._free_slot(what)
+
+    def _take_slot(self, what: str) -> None:
+        """Take a job slot for a call of kind ``what`` (one lock: this is on every infer's path)."""
+        with self._lock:
+            if self._slots_taken < self.limits.max_jobs:
+                self._slots_taken += 1
+                self._running[what] = self._running.get(what, 0) + 1
+                return
+        self.stats.add("refused_busy")
+        raise ResourceExhausted(
+            f"board is busy: {self.limits.max_jobs} jobs already running; {what} refused",
+            hint="retry later, or start hrt_boardd with a larger --max-jobs",
+        )
+
+    def _free_slot(self, what: str) -> None:
+        with self._lock:
+            self._slots_taken -= 1
+            self._running[what] -= 1
 
     def queued(self, what: str):
         """Count a call as accepted but not yet in a job slot (while it loads its model)."""

@@ -40,7 +40,7 @@ def run_frames(model: LoadedModel, inputs: Sequence[np.ndarray], frame_count: in
         latencies.append((time.perf_counter() - t0) * 1e3)
         if on_frame is not None:
             on_frame()
-        if is_active is not None and not is_active():
+        if is_active is not None and i < frames - 1 and not is_active():  # after the last frame: answered anyway
             return InferResult({}, {}, latencies)
     outputs, intermediates = result if dump_intermediate else (result, {})
     return InferResult(model.output_by_name(outputs), intermediates, latencies)

@@ -1,6 +1,7 @@
 """The data channel's tensors without copies: what the client sends as buffers and what the board views in
-the received frame are the protobuf messages gRPC carries, byte for byte in meaning, for tensors large
-enough to take that path (over messages.ZERO_COPY_BYTES) and small ones alike."""
+the received frame are the protobuf messages gRPC carries, byte for byte in meaning, for large tensors and
+small ones alike; and over a connection's stream of calls, where each end keeps the bytes around the data
+from the last call, each call is still its own message."""
 import socket
 import threading
 import time
@@ -12,18 +13,20 @@ from bpuemu.board.backends import LocalBackend
 from bpuemu.board.client import BoardClient
 from bpuemu.board.messages import (
     ZERO_COPY_BYTES,
+    ReplyFrames,
+    ReplyParser,
+    RequestFrames,
+    RequestParser,
     infer_reply,
-    infer_reply_parts,
     infer_request,
-    infer_request_parts,
-    infer_result_from_buffer,
-    request_from_buffer,
     request_inputs,
 )
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import board_pb2
-from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, INFER, REPLY, frame_parts, pack_frame, read_frame, send_parts
+from bpuemu.common.wire import (
+    DATA_HEADER, ERROR, HELLO, HELLO_OK, INFER, REPLY, FrameReader, pack_frame, read_frame, send_parts,
+)
 
 BIG = 224  # a 1x224x224x3 input: 150 KB, the size the issue measures
 
@@ -50,6 +53,15 @@ def _joined(parts):
     return b"".join(bytes(p) for p in parts)
 
 
+def infer_request_parts(*args):
+    """The payload of the INFER frame a fresh connection sends."""
+    return [_joined(RequestFrames().parts(*args))[DATA_HEADER.size:]]
+
+
+def infer_result_from_buffer(buf):
+    return ReplyParser().parse(buf, copy=False)
+
+
 @pytest.mark.parametrize("scale", [1, 40])
 def test_request_buffers_are_the_message_protobuf_encodes(scale):
     inputs = _inputs(scale)
@@ -60,7 +72,7 @@ def test_request_buffers_are_the_message_protobuf_encodes(scale):
     assert board_pb2.InferRequest.FromString(sent) == want  # protobuf reads what the client sends
     for encoded in (sent, want.SerializeToString()):  # and the board reads both encodings
         buf = bytearray(encoded) + bytearray(100)  # a kept buffer is longer than the request in it
-        request, got = request_from_buffer(memoryview(buf)[:len(encoded)])
+        request, got = RequestParser().parse(memoryview(buf)[:len(encoded)])
         assert request.sha256 == "ab" * 32 and request.frame_count == 7 and request.dump_intermediate
         assert len(request.inputs) == 0
         for a, b in zip(got, request_inputs(want)):
@@ -73,9 +85,9 @@ def test_reply_buffers_are_the_message_protobuf_encodes(scale):
     result = InferResult({"prob": rng.random((scale, 100, 10)).astype(np.float32), "n": np.arange(6).reshape(2, 3)},
                          {"inter": rng.integers(-128, 128, (2, 2), dtype=np.int8)}, [1.5, 2.5])
     want = infer_reply(result)
-    sent = _joined(infer_reply_parts(result))
+    frame = _joined(ReplyFrames().parts(result))
+    sent = frame[DATA_HEADER.size:]
     assert board_pb2.InferReply.FromString(sent) == want
-    frame = _joined(frame_parts(REPLY, infer_reply_parts(result)))
     assert frame == pack_frame(REPLY, sent)
     for encoded in (sent, want.SerializeToString()):
         got = infer_result_from_buffer(bytearray(encoded))
@@ -165,3 +177,144 @@ def test_send_parts_sends_every_byte_in_order_when_the_kernel_takes_them_in_piec
         a.close()
         b.close()
     assert bytes(got) == want
+
+
+# --- a connection's stream of calls: the bytes around the data kept from the last call --------------------------
+
+def _request_args(sha, name, inputs):
+    return (sha, name, inputs, ("a", "b", "c", "d", "e"), False, 1, 0)
+
+
+@pytest.mark.parametrize("scale", [1, 40])
+def test_request_frames_of_a_stream_are_each_calls_own_message(scale):
+    frames = RequestFrames()
+    for seed, sha, name in ((scale, "ab" * 32, "m"), (scale + 1, "ab" * 32, "m"), (scale + 2, "cd" * 32, "n")):
+        args = _request_args(sha, name, _inputs(seed))
+        frame = _joined(frames.parts(*args))
+        assert frame[:DATA_HEADER.size] == pack_frame(INFER, frame[DATA_HEADER.size:])[:DATA_HEADER.size]
+        assert board_pb2.InferRequest.FromString(frame[DATA_HEADER.size:]) == infer_request(*args)
+        assert frame == _joined(RequestFrames().parts(*args))  # as a fresh connection's first call
+    with pytest.raises(InvalidInput, match="cannot be sent"):
+        frames.parts("ab" * 32, "", [np.zeros(4, dtype=object)])
+
+
+@pytest.mark.parametrize("scale", [1, 40])
+def test_request_parser_reads_each_request_of_a_stream_as_protobuf_does(scale):
+    parser = RequestParser()
+    buf = bytearray(1 << 20)  # one kept buffer, as the board's connection has
+    # The same form, other data; then fields of the same length that differ (model name, frame count, sha).
+    calls = [("ab" * 32, "m", 1, _inputs(scale)), ("ab" * 32, "m", 1, _inputs(scale + 1)),
+             ("ab" * 32, "n", 1, _inputs(scale + 1)), ("ab" * 32, "n", 2, _inputs(scale + 2)),
+             ("cd" * 32, "n", 2, _inputs(scale + 2))]
+    for sha, name, frames, inputs in calls:
+        args = (sha, name, inputs, ("a", "b", "c", "d", "e"), False, frames, 0)
+        encoded = _joined(infer_request_parts(*args))
+        buf[:len(encoded)] = encoded
+        request, got = parser.parse(memoryview(buf)[:len(encoded)])
+        assert (request.sha256, request.model_name, request.frame_count) == (sha, name, frames)
+        want = request_inputs(infer_request(*args))
+        assert len(got) == len(want)
+        for a, b in zip(got, want):
+            assert a.dtype == b.dtype and a.shape == b.shape and np.array_equal(a, b)
+    with pytest.raises(ValueError):
+        parser.parse(memoryview(bytearray(encoded[:-1])))  # cut short: the same length no more, parsed in full
+
+
+def test_reply_frames_and_parser_carry_each_reply_of_a_stream():
+    rng = np.random.default_rng(5)
+    frames, parser = ReplyFrames(), ReplyParser()
+    buf = bytearray(1 << 20)
+    kept = []
+    # Runs of replies of one form (the latencies and the data differ), then of another.
+    for i, (latencies, inter) in enumerate((([1.5], False), ([2.25], False), ([0.5], False), ([3.0, 4.0], True),
+                                            ([3.5, 1.0], True), ([], False), ([5.5], False), ([6.5], False))):
+        result = InferResult({"prob": rng.random((4, 10)).astype(np.float32), "n": np.arange(6).reshape(2, 3) + i},
+                             {"inter": rng.integers(-128, 128, (2, 2), dtype=np.int8)} if inter else {}, latencies)
+        frame = _joined(frames.parts(result))
+        encoded = frame[DATA_HEADER.size:]
+        assert frame == _joined(ReplyFrames().parts(result))  # as a fresh connection's first reply
+        assert board_pb2.InferReply.FromString(encoded) == infer_reply(result)
+        buf[:len(encoded)] = encoded  # each reply into the same buffer, as the client's reader does
+        got = parser.parse(memoryview(buf)[:len(encoded)], copy=True)
+        assert got.latency_ms == latencies and list(got.outputs) == ["prob", "n"]
+        assert list(got.intermediates) == list(result.intermediates)
+        kept.append((result, got))
+    for result, got in kept:  # copies: the later replies read into the buffer did not change them
+        for name, a in {**result.outputs, **result.intermediates}.items():
+            b = got.outputs.get(name, got.intermediates.get(name))
+            assert b.dtype == a.dtype and np.array_equal(a, b), name
+
+
+def test_frame_reader_reads_frames_as_they_come():
+    a, b = socket.socketpair()
+    try:
+        reader = FrameReader(b, keep_bytes=1000, size=64)
+        big = bytes(range(256)) * 20  # over keep_bytes: read into a buffer of its own
+        a.sendall(pack_frame(HELLO, b"tok") + pack_frame(INFER, big) + pack_frame(REPLY, b"x" * 500))  # at once
+        deadline = time.monotonic() + 10
+        kind, tok = reader.frame(deadline)
+        assert (kind, bytes(tok)) == (HELLO, b"tok")
+        kind, own = reader.frame(deadline)
+        assert (kind, bytes(own)) == (INFER, big)
+        kind, small = reader.frame(deadline)
+        assert (kind, bytes(small)) == (REPLY, b"x" * 500)
+        assert bytes(own) == big  # its own buffer: later reads did not touch it
+
+        frame = pack_frame(REPLY, b"y" * 900)
+
+        def trickle():
+            for i in range(0, len(frame), 100):
+                a.sendall(frame[i:i + 100])
+                time.sleep(0.01)
+
+        sender = threading.Thread(target=trickle)
+        sender.start()
+        kind, got = reader.frame(time.monotonic() + 10)
+        sender.join()
+        assert (kind, bytes(got)) == (REPLY, b"y" * 900)
+
+        a.sendall(frame[:50])
+        t0 = time.monotonic()
+        with pytest.raises(socket.timeout):  # the deadline holds for the whole frame
+            reader.frame(time.monotonic() + 0.3)
+        assert time.monotonic() - t0 < 5
+    finally:
+        a.close()
+        b.close()
+    a, b = socket.socketpair()
+    try:
+        reader = FrameReader(b, keep_bytes=1000)
+        a.sendall(pack_frame(REPLY, b"z" * 10) + b"QQQQ\x04\x00\x00\x00\x00")
+        assert bytes(reader.frame(time.monotonic() + 10)[1]) == b"z" * 10
+        with pytest.raises(ValueError, match="magic"):
+            reader.frame(time.monotonic() + 10)
+        reader = FrameReader(b, keep_bytes=1000)
+        a.sendall(frame[:50])
+        a.close()
+        with pytest.raises(ConnectionError, match="mid-frame"):
+            reader.frame(time.monotonic() + 10)
+    finally:
+        a.close()
+        b.close()
+
+
+def test_two_models_in_turn_on_one_connection_each_get_their_own_answer(board, big_model, tmp_path):
+    from bpuemu.host.samples import sample_bin
+
+    small_model = str(tmp_path / "small.bin")
+    sample_bin(small_model, "rgb", "NHWC", 32, 32)
+    rng = np.random.default_rng(7)
+    with board.client() as c:
+        shas = {}
+        for path in (big_model, small_model):
+            shas[path] = c.ensure_model(path)
+            c.load(shas[path])
+        local = {path: LocalBackend([path]).model() for path in shas}
+        for path in (big_model, small_model, small_model, big_model, small_model):
+            size = BIG if path == big_model else 32
+            x = rng.integers(0, 256, (1, size, size, 3), dtype=np.uint8)
+            got = c.infer(shas[path], "", [x]).outputs
+            assert c._data is not None, "the data channel was not used"
+            want = local[path].infer([x]).outputs
+            assert list(got) == list(want)
+            assert all(np.array_equal(got[n], a) for n, a in want.items())
