@@ -189,12 +189,25 @@ def _save(model: onnx.ModelProto, path: str) -> None:
         f.write(model.SerializeToString())
 
 
+def _compact(feed: np.ndarray) -> np.ndarray:
+    """An image input's feed (X_128 values, float32 from ``to_model_inputs``) held as int8: a quarter
+    of the memory (490 MB -> 123 MB for 100 samples at 1x3x640x640), the same values for every
+    session (``feed_for`` casts it to each model's input type, exactly). Kept as it is when a value
+    is not an int8 (never, for an image input)."""
+    if feed.dtype != np.float32:
+        return feed
+    small = feed.astype(np.int8)
+    return small if np.array_equal(small, feed) else feed
+
+
 def calibration_feeds(job: ConvertJob, specs, dump_dir: str = "") -> List[Dict[str, np.ndarray]]:
-    """The model-input feeds of the calibration samples; with debug_dump_calibration, also saved in dump_dir."""
+    """The model-input feeds of the calibration samples (image inputs held as int8, ``_compact``); with
+    debug_dump_calibration, also saved in dump_dir (as float32, what the float model takes)."""
     cal = [ji.cal for ji in job.inputs]
     if any(c is None for c in cal):
         return []
     trains = {ji.pre.name: (ji.pre.input_type_train, ji.pre.input_layout_train) for ji in job.inputs}
+    images = {spec.plan_tensor for spec in specs if spec.input_type_rt != "featuremap"}   # int8 values (X_128)
     feeds = []
     total = min(len(os.listdir(cal[0].cal_data_dir)), job.max_calibration_samples or 1 << 30)
     step = max(1, total // 10)
@@ -207,7 +220,7 @@ def calibration_feeds(job: ConvertJob, specs, dump_dir: str = "") -> List[Dict[s
                 d = os.path.join(dump_dir or job.working_dir, "calibration_data", name)
                 os.makedirs(d, exist_ok=True)
                 np.save(os.path.join(d, f"{i}.npy"), arr)
-        feeds.append(feed)
+        feeds.append({name: _compact(arr) if name in images else arr for name, arr in feed.items()})
     log.info("read %d calibration sample(s)", len(feeds))
     return feeds
 

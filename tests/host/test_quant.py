@@ -693,3 +693,36 @@ def test_default_search_chooses_what_scoring_every_candidate_on_every_sample_cho
     assert len(full.candidates) == (3 if target == 0.5 else 5 if target > 1 else len(full.candidates))
     if target > 1:
         assert any(c.samples < len(zoo.cal) for c in lazy.candidates)
+
+
+def test_similarity_is_the_same_with_one_or_two_sample_threads(zoo, monkeypatch):
+    """similarity runs one sample at a time, its float and quantized runs on two threads and its node
+    cosines split between them: every node and output cosine equals the one-thread run's to the
+    last digit (each cosine lands on its own node)."""
+    _, q = zoo.quantize(calibration_type="default")
+    results = []
+    for workers in ("1", "2"):
+        monkeypatch.setenv("BPUEMU_HOST_THREADS", workers)
+        results.append(quant.similarity(zoo.model, q, zoo.held))
+    one, two = results
+    assert len(one.nodes) > 4 and len(set(one.nodes.values())) > 2
+    assert (one.nodes, one.outputs, one.agreements) == (two.nodes, two.outputs, two.agreements)
+
+
+def test_image_feeds_held_as_int8_calibrate_and_compare_as_float32_ones(image):
+    """makertbin holds an image input's calibration feeds (X_128 values) as int8 (pipeline._compact):
+    the statistics, the default search's choice and parameters, and the similarity are those of the
+    float32 feeds, to the last digit."""
+    from bpuemu.host.convert.pipeline import _compact
+
+    small = [{k: _compact(v) for k, v in s.items()} for s in image.cal]
+    assert all(v.dtype == np.int8 and np.array_equal(v, image.cal[i]["data"]) for i, s in enumerate(small) for v in s.values())
+    assert _compact(np.array([0.5, 1.0], np.float32)).dtype == np.float32          # not int8 values: kept
+    a = quant.calibrate(image.model, image.cal, image.bpu, image.int8_inputs, QO())
+    b = quant.calibrate(image.model, small, image.bpu, image.int8_inputs, QO())
+    assert [(c.name, c.cosine, c.samples) for c in a.candidates] == [(c.name, c.cosine, c.samples) for c in b.candidates]
+    for t, q in a.activations.items():
+        assert np.array_equal(q.scale, b.activations[t].scale) and np.array_equal(q.zero_point, b.activations[t].zero_point)
+    qm = quant.build_quantized_model(image.model, a, image.int8_inputs)
+    sa, sb = quant.similarity(image.model, qm, image.cal), quant.similarity(image.model, qm, small)
+    assert (sa.nodes, sa.outputs) == (sb.nodes, sb.outputs)
