@@ -48,6 +48,13 @@ def _flat_pair(a, b):
     return a[:n].astype(np.float64), b[:n].astype(np.float64)
 
 
+def _sums(x: np.ndarray, y: np.ndarray):
+    """x.x, y.y and x.y summed in float64. einsum, not np.dot/np.linalg.norm: BLAS threads fight
+    onnxruntime's for the cores (up to 100x slower on a busy 2-core machine); it also sums in
+    float64 without float64 copies."""
+    return tuple(float(np.einsum("i,i->", u, v, dtype=np.float64)) for u, v in ((x, x), (y, y), (x, y)))
+
+
 def cosine_similarity(a, b) -> float:
     """Cosine of the angle between two tensors (flattened, common prefix, NaNs skipped).
 
@@ -57,13 +64,13 @@ def cosine_similarity(a, b) -> float:
     x, y = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
     n = min(x.size, y.size)
     x, y = x[:n], y[:n]
-    if x.dtype.kind in "fc" or y.dtype.kind in "fc":
+    xx, yy, xy = _sums(x, y)
+    # A NaN in either tensor makes xx or yy NaN: only then look for the NaNs and sum without them
+    # (the same sums as masking first, without the masks' passes over every pair of tensors).
+    if (np.isnan(xx) or np.isnan(yy) or np.isnan(xy)) and (x.dtype.kind in "fc" or y.dtype.kind in "fc"):
         nan = np.isnan(x) | np.isnan(y)
         if nan.any():
-            x, y = x[~nan], y[~nan]
-    # einsum, not np.dot/np.linalg.norm: BLAS threads fight onnxruntime's for the cores (up to
-    # 100x slower on a busy 2-core machine); it also sums in float64 without float64 copies.
-    xx, yy, xy = (float(np.einsum("i,i->", u, v, dtype=np.float64)) for u, v in ((x, x), (y, y), (x, y)))
+            xx, yy, xy = _sums(x[~nan], y[~nan])
     if xx == 0.0 and yy == 0.0:
         return 1.0
     if xx == 0.0 or yy == 0.0:

@@ -148,3 +148,19 @@ def test_debugger_metrics_on_known_values():
     vals = {"x": 0.9, "y": 0.5, "z": 0.99}
     assert METRICS["cosine-similarity"].worst_first(vals) == ["y", "x", "z"]
     assert METRICS["mse"].worst_first(vals) == ["z", "x", "y"]
+
+
+def test_cosine_skips_the_positions_where_either_side_is_nan():
+    """cosine_similarity sums first and looks for NaNs only when a sum is NaN: the result equals the
+    cosine of the pairs without a NaN (either side), and a NaN-free pair is not masked at all."""
+    rng = np.random.default_rng(0)
+    a, b = rng.standard_normal(1000).astype(np.float32), rng.standard_normal(1000).astype(np.float32)
+    keep = np.ones(1000, bool)
+    keep[[3, 500]] = False
+    a2, b2 = a.copy(), b.copy()
+    a2[3], b2[500] = np.nan, np.nan
+    assert cosine_similarity(a2, b2) == cosine_similarity(a[keep], b[keep])
+    assert not np.isnan(cosine_similarity(a2, b2)) and cosine_similarity(a2, b2) != cosine_similarity(a, b)
+    a64, b64 = a.astype(np.float64), b.astype(np.float64)
+    assert cosine_similarity(a, b) == pytest.approx(a64 @ b64 / np.sqrt((a64 @ a64) * (b64 @ b64)), abs=1e-12)
+    assert np.isnan(cosine_similarity(np.array([np.inf, 1.0]), np.array([0.0, 1.0])))   # inf * 0: no NaN to skip
