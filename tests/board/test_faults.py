@@ -392,6 +392,37 @@ def test_data_channel_request_trickled_is_cut_by_the_call_deadline(strict_proxie
     assert_daemon_serves(d, rgb_model.path, rgb_model.x)
 
 
+def test_data_channel_hello_trickled_is_closed_by_its_deadline(strict_proxied, rgb_model):
+    """A connection that trickles its HELLO (a byte every 50 ms, each well within any per-read timeout) is closed
+    once the handshake + HELLO deadline has passed in all, not held for as long as it keeps sending; others are
+    served meanwhile, over both transports."""
+    import socket
+
+    from bpuemu.board.daemon.datachannel import HELLO_TIMEOUT_S
+    from bpuemu.common.wire import DATA_HEADER, DATA_MAGIC, HELLO
+
+    d, proxy, data_port, _ = strict_proxied
+    proxy.up_rate = 20  # a byte every 50 ms
+    slow = socket.create_connection((proxy.host, data_port), timeout=HELLO_TIMEOUT_S + 20)
+    t0 = time.monotonic()
+    slow.sendall(DATA_HEADER.pack(DATA_MAGIC, HELLO, 4000) + b"t" * 4000)  # a 4000-byte token: 200 s at this rate
+    with d.client() as other:  # not through the proxy
+        sha = other.ensure_model(rgb_model.path)
+        for _ in range(3):
+            assert other.infer(sha, "", [rgb_model.x]).outputs
+        assert other._data is not None
+    try:
+        assert slow.recv(100) == b""  # closed by the daemon: no HELLO_OK, no ERROR frame, EOF
+    except ConnectionResetError:
+        pass  # closed with the trickled bytes unread: a reset, as good
+    elapsed = time.monotonic() - t0
+    slow.close()
+    proxy.up_rate = 0
+    assert HELLO_TIMEOUT_S - 1 < elapsed < HELLO_TIMEOUT_S + 4, \
+        f"the trickled HELLO was closed after {elapsed:.1f} s (deadline {HELLO_TIMEOUT_S:g} s)"
+    assert_daemon_serves(d, rgb_model.path, rgb_model.x)
+
+
 def test_upload_trickled_is_cut_by_the_call_deadline(strict_proxied, rgb_model, sample_models):
     """An upload that trickles is ended by the daemon's deadline: its slot is free again, no partial file stays,
     and the same model then uploads at full speed."""
