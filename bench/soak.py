@@ -344,7 +344,7 @@ class Soak:
             self.pause(self.args.fault_every)
             if self.stop.is_set():
                 break
-            kind = self.rng.choice(FAULT_KINDS)
+            kind = self.rng.choice(self.args.fault_kinds)
             model = self.new_model() if kind == "upload" else self.model_path
             proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--fault-client", kind,
                                      "--board", self.target, "--model", model],
@@ -636,6 +636,9 @@ def main() -> int:
     p.add_argument("--fd-slack", type=int, default=8, help="largest acceptable growth of open fds after warm-up")
     p.add_argument("--thread-slack", type=int, default=8,
                    help="largest acceptable growth of the daemon's threads after warm-up (perf jobs come and go)")
+    p.add_argument("--fault-kinds", default=",".join(FAULT_KINDS),
+                   help=f"comma-separated kinds of call the faults worker's clients are killed in (default all: "
+                        f"{','.join(FAULT_KINDS)})")
     p.add_argument("--shared-uploaders", type=int, default=3, help="clients sending each shared upload at once")
     p.add_argument("--workers", default=",".join(WORKERS),
                    help=f"comma-separated workers to run (default all: {','.join(WORKERS)})")
@@ -651,6 +654,11 @@ def main() -> int:
     unknown = sorted(set(args.workers) - set(WORKERS))
     if unknown or not args.workers:
         sys.exit(f"--workers: unknown {', '.join(unknown)} (known: {', '.join(WORKERS)})" if unknown else "--workers: none given")
+    args.fault_kinds = [k.strip() for k in args.fault_kinds.split(",") if k.strip()]
+    unknown = sorted(set(args.fault_kinds) - set(FAULT_KINDS))
+    if unknown or not args.fault_kinds:
+        sys.exit(f"--fault-kinds: unknown {', '.join(unknown)} (known: {', '.join(FAULT_KINDS)})" if unknown
+                 else "--fault-kinds: none given")
     if args.minutes <= 0 or args.interval <= 0 or args.minutes > 24 * 60:
         sys.exit("--minutes must be in (0, 1440] and --interval positive")
     with tempfile.TemporaryDirectory(prefix="bpuemu-soak-") as workdir:
