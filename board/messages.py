@@ -157,27 +157,41 @@ def _interleave(heads: list, varying: list) -> list:
     return parts
 
 
+#: Forms of call each end of a connection keeps (a client calling several models in turn, an OCR
+#: pipeline's detector, classifier and recogniser, has one form per model).
+FORMS_KEPT = 8
+
+
+def _keep(forms: dict, key, value) -> None:
+    """``forms[key] = value``, the oldest form dropped beyond FORMS_KEPT."""
+    forms.pop(key, None)
+    forms[key] = value
+    if len(forms) > FORMS_KEPT:
+        del forms[next(iter(forms))]
+
+
 class RequestFrames:
     """INFER frames for one data channel connection (the client's end), as buffers for one sendmsg: the
     encoded infer_request with its frame header, the inputs' data not copied, the bytes around it kept from
     the last call of the same form (model, names, options, input dtypes and shapes)."""
 
     def __init__(self):
-        self._key = None
-        self._heads: list = []
+        self._forms: dict = {}  # form -> the bytes around the inputs' data
 
     def parts(self, sha: str, model_name: str, inputs: Sequence[np.ndarray], input_names: Sequence[str] = (),
               dump_intermediate: bool = False, frame_count: int = 1, core_id: int = 0) -> list:
         arrays = [a if type(a) is np.ndarray else np.asarray(a) for a in inputs]
         key = (sha, model_name, tuple(input_names), dump_intermediate, frame_count, core_id,
                tuple([(a.dtype, a.shape) for a in arrays]))
-        if key != self._key:
+        heads = self._forms.get(key)
+        if heads is None:
             req, named = _request_fields(sha, model_name, arrays, input_names, dump_intermediate, frame_count, core_id)
             pieces = [req.SerializeToString()]
             for n, a in named:
                 pieces += _tensor_pieces(_INPUTS, n, a)
-            self._heads, self._key = _frame_heads(INFER, pieces), key
-        return _interleave(self._heads, [tensor_data(a) for a in arrays if a.nbytes])
+            heads = _frame_heads(INFER, pieces)
+            _keep(self._forms, key, heads)
+        return _interleave(heads, [tensor_data(a) for a in arrays if a.nbytes])
 
 
 class ReplyFrames:
@@ -186,8 +200,7 @@ class ReplyFrames:
     latencies kept from the last reply of the same form (tensor names, dtypes and shapes, number of frames)."""
 
     def __init__(self):
-        self._key = None
-        self._heads: list = []
+        self._forms: dict = {}  # form -> the bytes around the latencies and the tensors' data
 
     def parts(self, result: InferResult) -> list:
         tensors = [(_OUTPUTS, n, np.asarray(a)) for n, a in result.outputs.items()]
@@ -195,15 +208,17 @@ class ReplyFrames:
             tensors += [(_INTERMEDIATES, n, np.asarray(a)) for n, a in result.intermediates.items()]
         frames = len(result.latency_ms)
         key = (tuple([(f, n, a.dtype, a.shape) for f, n, a in tensors]), frames)
-        if key != self._key:
+        heads = self._forms.get(key)
+        if heads is None:
             pieces = [_LATENCY_KEY + _varint(8 * frames), 8 * frames] if frames else []
             for f, n, a in tensors:
                 pieces += _tensor_pieces(f, n, a)
-            self._heads, self._key = _frame_heads(REPLY, pieces), key
+            heads = _frame_heads(REPLY, pieces)
+            _keep(self._forms, key, heads)
         varying = [tensor_data(a) for _, _, a in tensors if a.nbytes]
         if frames:
             varying.insert(0, struct.pack(f"<{frames}d", *result.latency_ms))
-        return _interleave(self._heads, varying)
+        return _interleave(heads, varying)
 
 
 _LATENCY = board_pb2.InferReply.DESCRIPTOR.fields_by_name["latency_ms"].number
@@ -220,38 +235,37 @@ def _varint(n: int) -> bytes:
 
 
 class _StreamParser:
-    """Messages of one class with tensors, from one connection: the last message's parse is reused for one
-    whose bytes are the same everywhere but in its tensors' data (and, for a reply, its latencies)."""
+    """Messages of one class with tensors, from one connection: a message whose bytes are those of one
+    parsed before (of the same size) everywhere but in its tensors' data (and, for a reply, its latencies)
+    reuses that parse."""
 
     def __init__(self, message_class, tensor_fields: Sequence[int], packed_doubles: Optional[int] = None):
         self.message_class, self.tensor_fields, self.packed_doubles = message_class, tensor_fields, packed_doubles
-        self._size = -1
-        self._fixed: list = []    # (start, stop, bytes) around the varying parts
-        self._tensors: list = []  # (field, name, start, stop, dtype, shape)
-        self._doubles = None      # (start, count) of the packed doubles
-        self._message = None
+        # size -> (the message without its tensors, [(start, stop, bytes)] around the varying parts,
+        #          [(field, name, start, stop, dtype, shape)] of the tensors, (start, count) of the doubles or None)
+        self._forms: dict = {}
 
     def parse(self, view: memoryview, copy: bool) -> tuple:
         """(the message without its tensors, [(field, name, array)], the packed doubles or None).
         ``copy``: the arrays own their data (else they view ``view``)."""
-        if len(view) == self._size:
-            for start, stop, ref in self._fixed:
+        form = self._forms.get(len(view))
+        if form is not None:
+            message, fixed, layout, packed = form
+            for start, stop, ref in fixed:
                 if bytes(view[start:stop]) != ref:  # a memoryview compares item by item: 3x slower
                     break
             else:
                 tensors = []
-                for field, name, start, stop, dtype, shape in self._tensors:
+                for field, name, start, stop, dtype, shape in layout:
                     a = np.frombuffer(view[start:stop], dtype).reshape(shape)
                     tensors.append((field, name, a.copy() if copy else a))
                 doubles = None
-                if self._doubles is not None:
-                    start, count = self._doubles
-                    doubles = list(struct.unpack_from(f"<{count}d", view, start))
-                return self._message, tensors, doubles
+                if packed is not None:
+                    doubles = list(struct.unpack_from(f"<{packed[1]}d", view, packed[0]))
+                return message, tensors, doubles
         return self._full(view, copy)
 
     def _full(self, view: memoryview, copy: bool) -> tuple:
-        self._size = -1  # until this parse succeeds
         message, where = tensor_layout(view, self.message_class, self.tensor_fields)
         tensors, layout, varying = [], [], []
         for field in self.tensor_fields:
@@ -260,16 +274,15 @@ class _StreamParser:
                 layout.append((field, t.name, start, stop, a.dtype, a.shape))
                 tensors.append((field, t.name, a.copy() if copy else a))
                 varying.append((start, stop))
-        doubles, self._doubles = None, None
+        doubles = packed = None
         if self.packed_doubles is not None:
-            values = list(getattr(message, self.message_class.DESCRIPTOR.fields_by_number[self.packed_doubles].name))
+            doubles = list(getattr(message, self.message_class.DESCRIPTOR.fields_by_number[self.packed_doubles].name))
             found = [(p, e) for f, _, _, p, e in message_fields(view, 0, len(view)) if f == self.packed_doubles]
-            if values and (len(found) != 1 or found[0][1] - found[0][0] != 8 * len(values)):
-                return message, tensors, values  # not one packed field: parsed, not kept
-            if values:
+            if doubles and (len(found) != 1 or found[0][1] - found[0][0] != 8 * len(doubles)):
+                return message, tensors, doubles  # not one packed field: parsed, not kept
+            if doubles:
                 varying.append(found[0])
-                self._doubles = (found[0][0], len(values))
-            doubles = values
+                packed = (found[0][0], len(doubles))
         fixed, at = [], 0
         for start, stop in sorted(varying):
             if start > at:
@@ -277,7 +290,7 @@ class _StreamParser:
             at = stop
         if at < len(view):
             fixed.append((at, len(view), bytes(view[at:])))
-        self._fixed, self._tensors, self._message, self._size = fixed, layout, message, len(view)
+        _keep(self._forms, len(view), (message, fixed, layout, packed))
         return message, tensors, doubles
 
 

@@ -318,3 +318,22 @@ def test_two_models_in_turn_on_one_connection_each_get_their_own_answer(board, b
             want = local[path].infer([x]).outputs
             assert list(got) == list(want)
             assert all(np.array_equal(got[n], a) for n, a in want.items())
+
+
+def test_calls_of_several_models_in_turn_are_each_parsed_in_full_once(monkeypatch):
+    """An OCR pipeline calls its classifier and recogniser in turn on one connection: each form is kept."""
+    import bpuemu.board.messages as messages
+
+    full = []
+    layout = messages.tensor_layout
+    monkeypatch.setattr(messages, "tensor_layout", lambda *a: full.append(1) or layout(*a))
+    frames, parser = RequestFrames(), RequestParser()
+    rng = np.random.default_rng(9)
+    forms = [("ab" * 32, "cls", (1, 48, 192, 3)), ("cd" * 32, "rec", (1, 48, 320, 3)), ("ef" * 32, "det", (1, 8, 8, 3))]
+    for i in range(12):
+        sha, name, shape = forms[i % 3]
+        x = rng.integers(0, 256, shape, dtype=np.uint8)
+        encoded = _joined(frames.parts(sha, name, [x]))[DATA_HEADER.size:]
+        request, (got,) = parser.parse(memoryview(bytearray(encoded)))
+        assert (request.sha256, request.model_name) == (sha, name) and np.array_equal(got, x)
+    assert len(full) == 3
