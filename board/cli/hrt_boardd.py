@@ -60,6 +60,9 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
         max_data_connections, max_frame_count, max_perf_time, data_channel, call_deadline, metrics_listen, port_file,
         timing, log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
+    from bpuemu.board.daemon.memory import limit_arenas
+
+    limit_arenas()  # before the daemon's threads: each would otherwise get a malloc arena of its own
     from bpuemu.board.daemon.server import BoardServer  # grpc import kept off --help
 
     if bool(tls_cert) != bool(tls_key):

@@ -16,6 +16,7 @@ import numpy as np
 from bpuemu.common.container import BinFile, decode_bin
 from bpuemu.common.errors import IncompatibleVersion, InvalidInput, ResourceExhausted
 from bpuemu.common.version import API_VERSION, __version__
+from bpuemu.board.daemon import memory
 from bpuemu.board.daemon.store import ModelStore, check_sha
 from bpuemu.board.runtime import InferResult, Runtime, run_frames
 
@@ -124,7 +125,14 @@ class BoardState:
     def unload(self, sha: str) -> bool:
         check_sha(sha)
         with self._lock:
-            return self._loaded.pop(sha, None) is not None
+            loaded = self._loaded.pop(sha, None)
+        if loaded is None:
+            return False
+        # Its sessions are freed here (unless a call still runs them): their pages go back to the kernel,
+        # not into the holes of a malloc arena (bpuemu.board.daemon.memory).
+        del loaded
+        memory.trim()
+        return True
 
     def is_loaded(self, sha: str) -> bool:
         with self._lock:
