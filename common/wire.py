@@ -213,10 +213,12 @@ class FrameReader:
         have = self._end - self._start
         if have >= n:
             return
+        if not have:  # all read: the next frame starts at the front
+            self._start = self._end = 0
         if self._start + n > len(self._buf):  # make room: the unread bytes to the front, of a larger buffer if need be
             unread = bytes(self._view[self._start:self._end])
-            if n > len(self._buf):
-                self._buf = bytearray(max(n, 2 * len(self._buf)))
+            if DATA_HEADER.size + n > len(self._buf):  # room for the next such frame, header and all, from the front
+                self._buf = bytearray(max(DATA_HEADER.size + n, 2 * len(self._buf)))
                 self._view = memoryview(self._buf)
             self._buf[:have] = unread
             self._start, self._end = 0, have

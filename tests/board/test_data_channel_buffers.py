@@ -258,6 +258,9 @@ def test_frame_reader_reads_frames_as_they_come():
         assert (kind, bytes(own)) == (INFER, big)
         kind, small = reader.frame(deadline)
         assert (kind, bytes(small)) == (REPLY, b"x" * 500)
+        # The kept buffer grew to hold such a frame whole, header and all, from its front: the next one is read
+        # in place, not moved down after its header (a copy of the whole payload on every call).
+        assert len(reader._buf) >= DATA_HEADER.size + 500
         assert bytes(own) == big  # its own buffer: later reads did not touch it
 
         frame = pack_frame(REPLY, b"y" * 900)
