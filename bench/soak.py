@@ -27,7 +27,7 @@ the time is up:
 
 Every --interval seconds it prints one line: calls made, unexpected and
 expected errors, clients killed, p50/p99 latency of infer_data, infer_grpc and
-of all calls, and the daemon's RSS, open file descriptors and threads (from
+of all calls, and the daemon's RSS (and its anonymous part, the heaps), open file descriptors and threads (from
 /proc/<pid>). At the end: calls and errors by kind (with the first message of
 each), and the goals:
 
@@ -77,6 +77,8 @@ def process_figures(pid: int) -> Dict[str, float]:
         for line in f:
             if line.startswith("VmRSS:"):
                 figures["rss_mb"] = int(line.split()[1]) / 1024
+            elif line.startswith("RssAnon:"):  # the heaps (a leak shows here), not the libraries' pages
+                figures["anon_mb"] = int(line.split()[1]) / 1024
             elif line.startswith("Threads:"):
                 figures["threads"] = int(line.split()[1])
     return figures
@@ -91,13 +93,13 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def rss_slope(samples: List[Dict[str, float]], interval_s: float) -> float:
-    """MB per hour: the least-squares slope of RSS over the samples after warm-up (the first)."""
+def rss_slope(samples: List[Dict[str, float]], interval_s: float, key: str = "rss_mb") -> float:
+    """MB per hour: the least-squares slope of RSS (or ``key``) over the samples after warm-up (the first)."""
     after = samples[1:]
     if len(after) < 2:
         return 0.0
     hours = np.arange(len(after)) * interval_s / 3600
-    return float(np.polyfit(hours, [s["rss_mb"] for s in after], 1)[0])
+    return float(np.polyfit(hours, [s.get(key, 0.0) for s in after], 1)[0])
 
 
 # --- what the clients record ---------------------------------------------------------------
@@ -466,7 +468,7 @@ def report_interval(t_min: float, interval: dict, figures: Dict[str, float]) -> 
     every = [v for values in lat.values() for v in values]
     print(f"{t_min:6.2f} {interval['calls']:6d} {interval['unexpected']:5d} {interval['expected']:5d} "
           f"{interval['kills']:5d}  {percentiles(lat.get('infer_data', []))} {percentiles(lat.get('infer_grpc', []))} "
-          f"{percentiles(every)} {figures['rss_mb']:8.1f} {figures['fds']:5d} {figures['threads']:5d}", flush=True)
+          f"{percentiles(every)} {figures['rss_mb']:8.1f} {figures.get('anon_mb', 0.0):7.1f} {figures['fds']:5d} {figures['threads']:5d}", flush=True)
 
 
 def run(args, workdir: str) -> int:
@@ -490,7 +492,7 @@ def run(args, workdir: str) -> int:
                for name, fn in workers.items()]
     print(f"soak of hrt_boardd at {target} (pid {proc.pid}) for {args.minutes:g} min, a line every {args.interval:g} s; "
           f"workers: {', '.join(workers)}", flush=True)
-    print("  min  calls unexp   exp kills  infer_data p50/p99 infer_grpc p50/p99   all p50/p99 ms    RSS MB   fds  thr",
+    print("  min  calls unexp   exp kills  infer_data p50/p99 infer_grpc p50/p99   all p50/p99 ms    RSS MB anon MB   fds  thr",
           flush=True)
     samples = []
     failed = []
@@ -600,6 +602,8 @@ def goals(tally: Tally, samples, args) -> List[str]:
         print(f"RSS slope   : {slope:+.2f} MB/hour after warm-up (least squares over {len(samples) - 1} intervals); "
               f"in a week: {last['rss_mb'] + max(0.0, slope) * 24 * 7:.0f} MB; bound {args.max_slope_mb_per_hour:g} MB/hour"
               + ("" if judged else f", not judged: under {args.slope_min_minutes:g} min after warm-up"))
+        print(f"anon RSS    : {warm.get('anon_mb', 0.0):.1f} -> {last.get('anon_mb', 0.0):.1f} MB, slope "
+              f"{rss_slope(samples, args.interval, 'anon_mb'):+.2f} MB/hour (the heaps; the rest is the libraries' pages)")
         print(f"daemon fds  : {warm['fds']} after warm-up, {last['fds']} at the end "
               f"(min {min(s['fds'] for s in samples[1:])}, max {max(s['fds'] for s in samples[1:])}; slack {args.fd_slack})")
         print(f"threads     : {warm['threads']} after warm-up, {last['threads']} at the end "
