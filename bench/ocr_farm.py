@@ -47,7 +47,10 @@ Measured (2026-12-01, 2 cores shared with three other engineers' jobs):
 - The same command 24 minutes later, at load average 4.3-6.5 with another
   engineer's OCR evaluation busy: 1 board 49.2 s, 2 boards 46.5 s: 1.06x,
   CPU per line as flat (client 4.1-4.9, boards 34-39 ms in all): the group
-  got ~0.85 of a core in both runs.
+  got ~0.85 of a core in both runs. Again at 18:56, load 3.5 -> 2.9 (one
+  other session's niced jobs): 46.5 s vs 37.1 s, 1.25x, CPU per line client
+  3.6-4.7, boards 33-39 ms in all. The goal is met only when the machine's
+  other sessions leave this one two cores.
 """
 import argparse
 import os
