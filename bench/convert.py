@@ -65,12 +65,26 @@ every intermediate tensor of every sample). --det-size 320 takes about 7 minutes
 detector alone and peaked at 18 GB; it measured ours 0.98912 / 0.97537 against
 onnxruntime's best (Percentile, per_channel) 0.92565 / 0.87855, wall-time ratio 0.54.
 
-Measured on a quiet 2-core machine (load 0.3), after calibration moved onto both cores:
-``--models det --det-size 640 --samples 100 --rounds 1 --timing-only --sides default,MinMax``:
-makertbin default 70.1 s / MinMax 26.2 s = 2.67, peak RSS 3403 / 2108 MB (739 MB of it the
-bench's own at fork); ``--det-size 320 --samples 40``: 14.1 s / 6.1 s = 2.31, 787 / 521 MB.
-The default search scores five candidates on 16 samples each with the model it would ship and
-makertbin prints a per-node cosine table; MinMax does neither.
+Measured on a quiet 2-core machine, ``--models det --det-size 640 --samples 100 --rounds 1
+--timing-only --sides default,MinMax`` (one round each; MinMax alone measured 26.1-30.4 s over runs):
+
+- before (load 0.3): makertbin default 70.1 s / MinMax 26.2 s = 2.67, peak RSS 3403 / 2108 MB
+  (739 MB of it the bench's own at fork); ``--det-size 320 --samples 40``: 14.1 s / 6.1 s = 2.31,
+  787 / 521 MB.
+- now (load 1.3-1.7, the bench's own two threads): 60.8 s / 26.1 s = 2.33, 2524 / 2108 MB;
+  ``--det-size 320 --samples 40``: 12.1 s / 4.7 s = 2.55, 614 / 520 MB. What changed: the
+  default search scores a candidate only until its choice is certain (det: 32 of 80 quantized
+  runs, the same choice and artifacts), the cosine table holds one sample's outputs at a time,
+  image feeds are held as int8, cheaper histogram indices and cosines.
+
+The goal (<= 1.0, and no more memory) is not met, and is out of reach while the statistics stay exact:
+MinMax runs the float model once per sample with ReduceMin/ReduceMax appended; makertbin's
+default runs it twice per sample with every activation out (the ranges, then a 2048-bin histogram
+of |x| over the final [0, absmax], which the percentile and KL candidates read), counts 94 M
+values per sample (about 2 ns each in np.bincount), scores its candidates (32 runs of the quantized
+model, 16 float references) and prints a per-node cosine table (16 float and 16 quantized runs with
+every node out). Its CPU time on det 640 x 100 (one run at load 5-12, ``host/quant/statistics.py``'s docstring
+has the per-sample split): statistics 73 s, the search 14 s, the cosine table 14 s, of 107 s.
 """
 import argparse
 import contextlib

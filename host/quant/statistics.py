@@ -19,9 +19,17 @@ and integer counts do not depend on the order anyway).
 Why two passes and not one: the histogram's bins span [0, absmax] of *all*
 samples, which is known only after the last one; a one-pass histogram over a
 growing range (onnxruntime's) re-bins and is no longer exact, and keeping the
-activations for a second look costs gigabytes on a detector. The second pass
-costs one float run per sample, less than a fifth of the default search on
-PP-OCRv4 det (bench/convert.py prints where the time goes).
+activations for a second look costs gigabytes on a detector.
+
+Where the time goes, PP-OCRv4 det at 640x640 (94 M activation values per
+sample over 189 tensors), CPU seconds per sample on one core: each pass's run
+with every tensor an output 0.18 (0.13 without the outputs), the ranges 0.07,
+the histogram 0.33 (float32 |x| * k -> int32 0.13, np.bincount 0.2: about 2 ns
+per value, whatever the index type, ufunc.at or interleaved sub-histograms).
+Doing the reductions inside the onnxruntime graph instead (ReduceMin/ReduceMax,
+Mul -> Cast to int16 for the bins) was measured too: the same statistics and half
+the memory, but 0.25 and 0.23 s per run against 0.18, more than numpy saves, so
+the tensors come out whole.
 """
 from dataclasses import dataclass
 from typing import Dict, Mapping, Optional, Sequence
