@@ -65,6 +65,44 @@ def test_recognition_exact_match_and_character_accuracy():
     assert worse.char_accuracy == 0.0  # floored
 
 
+def test_results_file_refuses_a_whole_json_line_that_is_not_a_result(tmp_path):
+    """A line that parses as JSON but is no result (a list, a number, an unknown side) is refused with its
+    line number and the file is left as it was; only a line cut short is dropped. A last result whose
+    newline a crash kept from being written is resumed, and the next result starts a line of its own."""
+    from bpuemu.common.errors import InvalidInput
+    from bpuemu.host.samples.ocr.evaluate import ResultsFile
+
+    path, fp = tmp_path / "r.jsonl", "f" * 64
+    first = {"key": "lines/0000.png", "pred": {"angle": 0, "text": "Milk"}, "digest": "d0"}
+    after = {"side": "float", "key": "lines/0002.png", "pred": {"angle": 0, "text": "Tea"}, "digest": "d2"}
+    store = ResultsFile(str(path), fp)
+    store.add("float", dict(first))
+    store.close()
+    good = path.read_bytes()
+    for bad in ('[1, 2]', '42', '"lines/0001.png"', 'null', '{"side": "cpu", "key": "k", "pred": {}}',
+                '{"side": "float", "pred": {}}'):
+        content = good + bad.encode() + b"\n" + json.dumps(after).encode() + b"\n"
+        path.write_bytes(content)
+        with pytest.raises(InvalidInput, match=r"r\.jsonl line 3 is not an OCR evaluation result"):
+            ResultsFile(str(path), fp)
+        assert path.read_bytes() == content   # nothing truncated
+    # a torn last line is still dropped and redone
+    path.write_bytes(good + json.dumps(after).encode()[:20])
+    store = ResultsFile(str(path), fp)
+    assert list(store.done["float"]) == ["lines/0000.png"]
+    store.close()
+    assert path.read_bytes() == good
+    # a whole last result without its newline: kept, and the next one goes on its own line
+    path.write_bytes(good.rstrip(b"\n"))
+    store = ResultsFile(str(path), fp)
+    assert list(store.done["float"]) == ["lines/0000.png"]
+    store.add("float", {k: v for k, v in after.items() if k != "side"})
+    store.close()
+    again = ResultsFile(str(path), fp)
+    assert sorted(again.done["float"]) == ["lines/0000.png", "lines/0002.png"]
+    again.close()
+
+
 def test_end_to_end_lines_read_and_scores():
     known_boxes, known_texts = [(0, 0, 100, 20), (0, 40, 100, 60), (0, 80, 100, 100)], ["one", "two", "three"]
     predicted = [((0, 0, 100, 20), "one"), ((0, 41, 100, 60), "tw0"), ((0, 80, 100, 100), "three "),

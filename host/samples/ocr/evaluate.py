@@ -252,19 +252,26 @@ def run_item(side, charset: Sequence[str], item: Item) -> dict:
 
 # --- the results file -----------------------------------------------------------------------------
 
+def _is_result(rec) -> bool:
+    """A results-file line as ResultsFile.add writes it: an object with a known side, a key and predictions."""
+    return isinstance(rec, dict) and rec.get("side") in SIDES and isinstance(rec.get("key"), str) and "pred" in rec
+
+
 class ResultsFile:
     """Per-item results as JSON lines, appended as they come; a re-run resumes from them.
 
     The first line names the models and data the results belong to; a file
     made with others is refused rather than mixed in. A line cut short by a
-    crash is dropped (and redone).
+    crash is dropped (and redone); a line that is whole JSON but not a result
+    (another tool's file, an edit) is refused with its line number, not dropped:
+    what follows it may be good results.
     """
 
     def __init__(self, path: str, fingerprint: str):
         self.path = path
         self.done: Dict[str, Dict[str, dict]] = {s: {} for s in SIDES}
         header = {"bpuemu_ocr_eval": 1, "fingerprint": fingerprint}
-        good = 0
+        good, ends_open = 0, False
         if os.path.exists(path):
             with open(path, "rb") as f:
                 raw = f.read()
@@ -279,13 +286,18 @@ class ResultsFile:
                 raise InvalidInput(f"{path} holds results of other models or data",
                                    hint="give another --results, or remove it to start over")
             good = len(lines[0]) + 1
-            for line in lines[1:]:
+            for number, line in enumerate(lines[1:], 2):
                 try:
                     rec = json.loads(line)
                 except ValueError:
-                    break  # the tail a crash cut short
+                    break  # the tail a crash cut short (a cut object is never valid JSON)
+                if not _is_result(rec):
+                    raise InvalidInput(f"{path} line {number} is not an OCR evaluation result: "
+                                       f"{line[:60].decode(errors='replace')!r}",
+                                       hint="give another --results, or remove it to start over")
                 self.done[rec["side"]][rec["key"]] = rec
                 good += len(line) + 1
+            ends_open = good > len(raw)  # the last result is whole but its newline was not written
             good = min(good, len(raw))
         self._lock = threading.Lock()
         self._f = open(path, "r+b" if os.path.exists(path) else "wb")
@@ -293,6 +305,8 @@ class ResultsFile:
         self._f.seek(good)
         if good == 0:
             self._write(header)
+        elif ends_open:
+            self._f.write(b"\n")
 
     def _write(self, rec: dict) -> None:
         self._f.write(json.dumps(rec, ensure_ascii=False).encode() + b"\n")
