@@ -68,6 +68,9 @@ def cli(data, model_dir, det, cls_dir, rec, board, local_boards, token, tls, sid
     if drop:
         click.echo("quantized vs float: " + ("within 1 point on every metric" if not over else
                    "more than 1 point lower on " + ", ".join(f"{k} ({v:.2f})" for k, v in over.items())))
+    if rep.read_differently is not None:
+        r = rep.read_differently
+        click.echo(f"quantized reads {len(r['differ'])} of {r['compared']} line(s) differently from float")
     if rep.agreement is not None:
         a = rep.agreement
         click.echo(f"board == quantized on {a['identical']} of {a['compared']} image(s)")

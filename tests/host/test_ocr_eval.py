@@ -103,6 +103,22 @@ def test_results_file_refuses_a_whole_json_line_that_is_not_a_result(tmp_path):
     again.close()
 
 
+def test_lines_read_differently_from_float_without_the_labels():
+    """Quantized vs float on the recogniser: lines both sides have, texts compared with their ends stripped;
+    pages and lines only one side has are left out."""
+    from bpuemu.host.samples.ocr.evaluate import Item, read_differently
+
+    items = [Item("page", "/p.png", "pages/0000.png"), Item("line", "/a.png", "lines/0000.png", text="Tea 603"),
+             Item("line", "/b.png", "lines/0001.png", text="Milk"), Item("line", "/c.png", "lines/0002.png", text="x")]
+    float_ = {"pages/0000.png": {"pred": {"texts": ["a"]}}, "lines/0000.png": {"pred": {"text": " Tea 603"}},
+              "lines/0001.png": {"pred": {"text": "Milk"}}}
+    quantized = {"pages/0000.png": {"pred": {"texts": ["b"]}}, "lines/0000.png": {"pred": {"text": "Tea 603 "}},
+                 "lines/0001.png": {"pred": {"text": "Mik"}}, "lines/0002.png": {"pred": {"text": "x"}}}
+    assert read_differently(items, float_, quantized) == {"compared": 2, "differ": ["lines/0001.png"]}
+    quantized["lines/0000.png"]["pred"]["text"] = "Tea603"
+    assert read_differently(items, float_, quantized)["differ"] == ["lines/0000.png", "lines/0001.png"]
+
+
 def test_end_to_end_lines_read_and_scores():
     known_boxes, known_texts = [(0, 0, 100, 20), (0, 40, 100, 60), (0, 80, 100, 100)], ["one", "two", "three"]
     predicted = [((0, 0, 100, 20), "one"), ((0, 41, 100, 60), "tw0"), ((0, 80, 100, 100), "three "),
@@ -280,6 +296,9 @@ def test_evaluation_reports_float_quantized_board(full_run):
     assert report["scores"]["board"] == report["scores"]["quantized"]
     assert report["agreement"] == {"compared": 27, "identical": 27, "differ": []}
     assert "board == quantized on 27 of 27 image(s)" in proc.stdout
+    differ = report["read_differently"]
+    assert differ["compared"] == 24 and set(differ["differ"]) <= {f"lines/{i:04d}.png" for i in range(24)}
+    assert f"quantized reads {len(differ['differ'])} of 24 line(s) differently from float" in proc.stdout
     for label in ("detection H-mean", "direction accuracy", "recognition character accuracy",
                   "end-to-end text accuracy"):
         assert label in proc.stdout

@@ -387,6 +387,7 @@ class Report:
     scores: Dict[str, Dict[str, float]]          # side -> metric -> value
     counts: Dict[str, int]                        # side -> items with a result
     agreement: Optional[Dict[str, object]] = None  # board vs quantized
+    read_differently: Optional[Dict[str, object]] = None  # recognised lines, quantized vs float
     boards: List[WorkerStats] = field(default_factory=list)
     resumed: Dict[str, int] = field(default_factory=dict)  # side -> items read back from the results file
     seconds: Dict[str, float] = field(default_factory=dict)
@@ -410,6 +411,7 @@ class Report:
 
     def to_json(self) -> dict:
         return {"items": self.items, "scores": self.scores, "counts": self.counts, "agreement": self.agreement,
+                "read_differently": self.read_differently,
                 "quantized_drop_points": self.quantized_drop(),
                 "boards": [{"board": b.name, "items": b.items, "busy_s": round(b.busy_s, 3),
                             "items_per_s": round(b.per_s, 2), "error": b.error} for b in self.boards],
@@ -421,6 +423,15 @@ def agreement(items: Sequence[Item], board: Dict[str, dict], quantized: Dict[str
     both = [it.key for it in items if it.key in board and it.key in quantized]
     differ = [k for k in both if board[k]["pred"] != quantized[k]["pred"] or board[k]["digest"] != quantized[k]["digest"]]
     return {"compared": len(both), "identical": len(both) - len(differ), "differ": differ}
+
+
+def read_differently(items: Sequence[Item], float_: Dict[str, dict], quantized: Dict[str, dict]) -> Dict[str, object]:
+    """Quantized vs float on the recogniser, without the labels: the lines (of those both have) whose text, ends
+    stripped as the metrics strip them, differs. Exact match moves by at most this many lines either way; on a
+    set where many lines are near a tie (a space barely winning over the blank) it says more than the metric."""
+    both = [it.key for it in items if it.kind == "line" and it.key in float_ and it.key in quantized]
+    differ = [k for k in both if float_[k]["pred"]["text"].strip() != quantized[k]["pred"]["text"].strip()]
+    return {"compared": len(both), "differ": differ}
 
 
 def evaluate(models: OcrModels, split_dir: str, results: str, sides: Sequence[str] = SIDES,
@@ -465,6 +476,8 @@ def evaluate(models: OcrModels, split_dir: str, results: str, sides: Sequence[st
             report.counts[side] = sum(it.key in store.done[side] for it in items)
         if "board" in sides and "quantized" in sides:
             report.agreement = agreement(items, store.done["board"], store.done["quantized"])
+        if "float" in sides and "quantized" in sides:
+            report.read_differently = read_differently(items, store.done["float"], store.done["quantized"])
     finally:
         store.close()
     return report
