@@ -15,6 +15,7 @@ Modules: ``data`` (loading and checking inputs), ``engine`` (running
 candidates), ``sensitivity``, ``acc_error``, ``distribution``, ``analysis``
 (sensitivity_analysis), ``runall``, ``plots`` (matplotlib), ``cli`` (hmct-debugger).
 """
+from bpuemu.common.compare import Metric
 from bpuemu.host.debugger.acc_error import plot_acc_error
 from bpuemu.host.debugger.analysis import sensitivity_analysis
 from bpuemu.host.debugger.data import CalibratedModel, CalibrationDataSet, load_data, load_model
@@ -23,7 +24,7 @@ from bpuemu.host.debugger.runall import RunallResult, runall
 from bpuemu.host.debugger.sensitivity import get_sensitivity_of_nodes
 
 __all__ = [
-    "CalibratedModel", "CalibrationDataSet", "RunallResult", "get_channelwise_data_distribution",
+    "CalibratedModel", "CalibrationDataSet", "Metric", "RunallResult", "get_channelwise_data_distribution",
     "get_sensitivity_of_nodes", "load_data", "load_model", "plot_acc_error", "plot_distribution", "runall",
     "sensitivity_analysis",
 ]

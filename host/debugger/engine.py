@@ -26,15 +26,28 @@ from bpuemu.host.onnxgraph import feed_for, open_session, with_outputs
 
 
 def resolve_metrics(metrics) -> List[Metric]:
-    """A metric name or list of names -> Metric objects; one clear error for an unknown name."""
-    names = [metrics] if isinstance(metrics, str) else list(metrics or ["cosine-similarity"])
+    """A metric name, a Metric, or a list of them -> Metric objects; one clear error for anything else.
+
+    A ``Metric(name, fn, higher_is_better)`` of the caller's own measures what
+    the model is for (``fn(float_output, quantized_output) -> float``, per
+    sample and compared tensor, then averaged over samples): a task metric
+    where one cosine over an output ranks candidates the wrong way.
+    """
+    names = [metrics] if isinstance(metrics, (str, Metric)) else list(metrics or ["cosine-similarity"])
     if not names:
         names = ["cosine-similarity"]
     out = []
     for m in names:
-        if m not in METRICS:
-            raise InvalidInput(f"unknown metric '{m}'; choose from {', '.join(METRICS)}")
-        out.append(METRICS[m])
+        if isinstance(m, Metric):
+            out.append(m)
+        elif isinstance(m, str) and m in METRICS:
+            out.append(METRICS[m])
+        else:
+            raise InvalidInput(f"unknown metric {m!r}; choose from {', '.join(METRICS)}, or give a "
+                               "Metric(name, fn, higher_is_better)")
+    taken = [m.name for m in out]
+    if len(set(taken)) != len(taken):
+        raise InvalidInput(f"metric names must differ: {', '.join(taken)}")
     return out
 
 

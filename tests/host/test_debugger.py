@@ -97,6 +97,29 @@ def test_sensitivity_tables_and_return_values(det, capsys):
     assert set(one) == {"Conv_box", "Conv_trunk"}
 
 
+def test_sensitivity_by_the_callers_own_metric(det):
+    """A Metric(name, fn, higher_is_better) of the caller's: what the model is for, not one cosine over the
+    output. Here the detector's scores (the last 2 of each row): only the Concat's shared int8 scale, which
+    pixel boxes set, ruins them, and the scores' largest error puts it first; the same function as a built-in
+    gives the built-in's figures; a function that is not a Metric is one clear error."""
+    from bpuemu.common.compare import mse
+    from bpuemu.common.errors import InvalidInput
+
+    scores_err = dbg.Metric("scores-max-error", lambda ref, got: float(np.abs(ref[..., 4:] - got[..., 4:]).max()),
+                            higher_is_better=False)
+    res = dbg.get_sensitivity_of_nodes(det["model"], [scores_err, "cosine-similarity"], det["data"], data_num=4)
+    first = next(iter(res))
+    assert first == "Concat_det" and res[first]["scores-max-error"] > 0.05, res
+    errs = [v["scores-max-error"] for v in res.values()]
+    assert errs == sorted(errs, reverse=True)
+    assert min(errs) < 0.02                                  # the nodes that do not touch the scores
+    mine = dbg.get_sensitivity_of_nodes(det["model"], dbg.Metric("my-mse", mse, False), det["data"], data_num=2)
+    builtin = dbg.get_sensitivity_of_nodes(det["model"], "mse", det["data"], data_num=2)
+    assert {k: v["my-mse"] for k, v in mine.items()} == {k: v["mse"] for k, v in builtin.items()}
+    with pytest.raises(InvalidInput, match="Metric\\(name, fn, higher_is_better\\)"):
+        dbg.get_sensitivity_of_nodes(det["model"], [mse], det["data"], data_num=2)
+
+
 def test_plots_from_the_seed_examples(det, tmp_path):
     d = str(tmp_path)
     flat = dbg.plot_acc_error(save_dir=d, calibrated_data=det["data"], model_or_file=det["model"],
