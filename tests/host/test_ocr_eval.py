@@ -8,6 +8,7 @@ including a resumed run and a board SIGKILLed mid-run.
 import ast
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -343,7 +344,12 @@ def test_rerun_resumes_from_the_results_file(full_run, converted, tmp_path):
 
 
 def test_board_killed_mid_run_costs_only_its_in_flight_images(full_run, converted, tmp_path):
-    """Two boards; one is SIGKILLed after its first results: the other finishes every image, all still exact."""
+    """Two boards; one is SIGKILLed after its first results: the other finishes every image, all still exact.
+
+    Board B is paused (SIGSTOP) once both boards have served, until A has done three images and is
+    killed: on a loaded machine B could otherwise finish every image before A did three, and the
+    run would end before the kill (B's paused call is far inside the client's 120 s infer deadline).
+    """
     _, cwd = full_run
     ev, dirs = converted
     header, rows = _records(cwd / "r.jsonl")
@@ -351,19 +357,33 @@ def test_board_killed_mid_run_costs_only_its_in_flight_images(full_run, converte
         for r in [header] + [r for r in rows if r["side"] != "board"]:
             f.write(json.dumps(r, ensure_ascii=False) + "\n")
     a, b = Daemon(tmp_path / "a").start(), Daemon(tmp_path / "b").start()
+
+    def done(board):
+        return sum(1 for r in _records(tmp_path / "r.jsonl")[1] if r.get("worker") == board.target)
+
+    paused = False
     try:
         proc = subprocess.Popen(_eval_cmd(ev, dirs, "--board", f"{a.target},{b.target}", "--results",
                                           tmp_path / "r.jsonl", "--report", tmp_path / "report.json"),
                                 cwd=tmp_path, env=clean_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         deadline = time.monotonic() + 120
-        while time.monotonic() < deadline:
-            done_a = sum(1 for r in _records(tmp_path / "r.jsonl")[1] if r.get("worker") == a.target)
-            if done_a >= 3 or proc.poll() is not None:
+        done_a = 0
+        while time.monotonic() < deadline and proc.poll() is None:
+            if not paused and done(b) >= 1:
+                b.proc.send_signal(signal.SIGSTOP)
+                paused, a_at_pause = True, done(a)
+            if paused and done(a) >= a_at_pause + 3:
                 break
             time.sleep(0.05)
+        done_a = done(a)
         a.kill()
+        if paused:
+            b.proc.send_signal(signal.SIGCONT)
+            paused = False
         out, err = proc.communicate(timeout=240)
     finally:
+        if paused:
+            b.proc.send_signal(signal.SIGCONT)
         a.kill()
         b.stop()
     assert done_a >= 3, out + err
