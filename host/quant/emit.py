@@ -80,7 +80,8 @@ def quantize_bias(b: np.ndarray, input_q: TensorQuant, weight_q: WeightQuant, pe
     s_x = np.float32(np.max(input_q.scale))
     s_w = weight_q.scale[np.arange(b.size) % period]
     scale = (s_x * s_w).astype(np.float32)
-    too_big = np.abs(b) / scale > INT32_LIMIT
+    with np.errstate(over="ignore"):  # a near-zero weight channel's tiny scale: handled just below
+        too_big = np.abs(b) / scale > INT32_LIMIT
     if np.any(too_big):
         scale = np.where(too_big, np.abs(b) / np.float32(2 ** 30), scale).astype(np.float32)
     q = np.clip(np.rint(b / scale), -INT32_LIMIT, INT32_LIMIT).astype(np.int32)

@@ -726,3 +726,24 @@ def test_image_feeds_held_as_int8_calibrate_and_compare_as_float32_ones(image):
     qm = quant.build_quantized_model(image.model, a, image.int8_inputs)
     sa, sb = quant.similarity(image.model, qm, image.cal), quant.similarity(image.model, qm, small)
     assert (sa.nodes, sa.outputs) == (sb.nodes, sb.outputs)
+
+
+def test_bias_of_a_near_zero_weight_channel_quantizes_without_a_numpy_warning():
+    """A channel whose weights are all tiny (a pruned filter, trained to ~1e-39) has a scale s_x * s_w so
+    small that |b| / scale overflows float32: the bias must still come out in range (its scale widened,
+    as for any bias past int32) and without numpy's RuntimeWarning on the user's console."""
+    import warnings
+
+    from bpuemu.host.quant.emit import quantize_bias
+    from bpuemu.host.quant.params import TensorQuant, quantize_weight
+
+    w = np.ones((2, 3, 1, 1), np.float32)
+    w[1] = 1e-39
+    wq = quantize_weight("w", w, 0)
+    xq = TensorQuant("x", "int8", np.float32(1e-3), np.int8(0), np.float32(0.127), "max")
+    b = np.array([0.5, 1.0], np.float32)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        q, scale = quantize_bias(b, xq, wq, 2)
+    assert q.dtype == np.int32 and np.all(np.abs(q) <= 2 ** 31 - 1)
+    np.testing.assert_allclose(q * scale, b, rtol=1e-6)
