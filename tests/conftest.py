@@ -5,8 +5,39 @@ below belongs to one area of the suite. A test that needs a tool CI installs
 (sshd, chromium, systemd-analyze, the arm64 chroot) asks for it through
 ``helpers.installed.require``: a skip here, a failure under CI=true.
 """
+import os
+import shutil
+import tempfile
+
 import numpy as np
 import pytest
+
+
+# --- the calibration statistics cache (host/quant/statcache.py) ---------------------
+# No test reuses statistics another test (or the user's own conversions) computed: a hit would defeat
+# the tests that compare 1 vs 2 workers or one search against another. Session fixtures get one
+# fresh directory for the run, each test its own; subprocesses inherit the variable.
+
+_SESSION_CACHE = None
+
+
+def pytest_configure(config):
+    global _SESSION_CACHE
+    _SESSION_CACHE = tempfile.mkdtemp(prefix="bpuemu-calibration-cache-")
+    os.environ["BPUEMU_CALIBRATION_CACHE"] = _SESSION_CACHE
+
+
+def pytest_unconfigure(config):
+    if _SESSION_CACHE:
+        shutil.rmtree(_SESSION_CACHE, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def calibration_cache(tmp_path, monkeypatch):
+    """This test's own calibration statistics cache directory (created on first store)."""
+    path = tmp_path / "calibration-cache"
+    monkeypatch.setenv("BPUEMU_CALIBRATION_CACHE", str(path))
+    return path
 
 
 # --- runtime / compiler fixtures (tests/common, tests/board, tests/host) ------------

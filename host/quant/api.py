@@ -34,7 +34,7 @@ from bpuemu.host.quant.options import Int16Spec, QuantOptions
 from bpuemu.host.quant.params import (
     INT_RANGE, QuantParams, TensorQuant, WeightQuant, asymmetric, fixed_int8_input, quantize_weight, symmetric,
 )
-from bpuemu.host.quant.statistics import collect_statistics
+from bpuemu.host.quant.statcache import cached_statistics
 from bpuemu.host.compiler.optable import BPU_OPS
 
 LOG = logging.getLogger("bpuemu.host.quant")
@@ -148,12 +148,13 @@ def _weights(plan: QuantPlan) -> Dict[str, WeightQuant]:
 
 
 def _stats_cache(plan: QuantPlan, samples: Sequence[Sample], options: QuantOptions,
-                 methods: Sequence[Calibration]) -> ThresholdCache:
+                 methods: Sequence[Calibration], log: logging.Logger) -> ThresholdCache:
     """Statistics for the calibrations ``methods``: the histogram pass only when one of
-    them reads histograms, per-channel ranges only when one is per-channel."""
-    stats = collect_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins,
-                               histograms=any(needs_histogram(c.method) for c in methods),
-                               per_channel=any(c.per_channel for c in methods))
+    them reads histograms, per-channel ranges only when one is per-channel; read from the
+    calibration statistics cache (statcache.py) when this model saw these samples before."""
+    stats = cached_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins,
+                              histograms=any(needs_histogram(c.method) for c in methods),
+                              per_channel=any(c.per_channel for c in methods), log=log)
     return ThresholdCache(stats, options.kl_quantized_bins)
 
 
@@ -181,7 +182,7 @@ def _strategy_default(ctx: _Context):
         ctx.log.warning("per_channel is chosen by the default search itself; the per_channel setting is ignored")
     if ctx.options.max_percentile < 1.0:
         ctx.log.warning("max_percentile applies to calibration_type max only; ignored with default")
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.default_candidates(ctx.options.search_percentile))
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.default_candidates(ctx.options.search_percentile), ctx.log)
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     res = search.default_search(ctx.plan, cache, weights, ev, ctx.options.search_target, ctx.options.search_percentile, ctx.log)
@@ -190,7 +191,7 @@ def _strategy_default(ctx: _Context):
 
 def _strategy_mix(ctx: _Context):
     _need_samples(ctx)
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options))
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options), ctx.log)
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     return search.mix_search(ctx.plan, cache, weights, ev, ctx.options, ctx.log), weights
@@ -202,7 +203,7 @@ def _uniform(method: Method):
         o = ctx.options
         m = percentile_method(o.max_percentile) if method.kind == "max" else method
         calib = Calibration(m, o.per_channel, o.asymmetric)
-        cache = _stats_cache(ctx.plan, ctx.samples, o, [calib])
+        cache = _stats_cache(ctx.plan, ctx.samples, o, [calib], ctx.log)
         return search.uniform(ctx.plan, cache, calib, ctx.log), _weights(ctx.plan)
     return strategy
 
@@ -210,7 +211,7 @@ def _uniform(method: Method):
 def _strategy_skip(ctx: _Context):
     ctx.log.warning("calibration_type skip: calibrating with random data (max); the model cannot be used for accuracy checks")
     ctx.samples = random_samples(ctx.plan.model, ctx.plan.int8_inputs, ctx.options.skip_samples, ctx.options.seed)
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, [Calibration(MAX)])
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, [Calibration(MAX)], ctx.log)
     res = search.uniform(ctx.plan, cache, Calibration(MAX), ctx.log)
     res.method = "skip"
     return res, _weights(ctx.plan)
@@ -263,7 +264,7 @@ def _strategy_load(ctx: _Context):
         log.warning("load: %d quantized tensor group(s) have no parameters in the QAT model (%s); calibrating them with max "
                     "on %s", len(missing), ", ".join(g.members[0] for g in missing),
                     "the calibration data" if ctx.samples else "random data")
-        cache = _stats_cache(plan, samples, ctx.options, [Calibration(MAX)])
+        cache = _stats_cache(plan, samples, ctx.options, [Calibration(MAX)], log)
         for g in missing:
             acts.update(group_params(plan, g, Calibration(MAX), cache))
     idx = GraphIndex(plan.model)

@@ -10,6 +10,7 @@ classifier and its PP-OCRv4 text detector. They are fetched at test setup with
 ~/.cache/bpuemu-test-models) and never committed. Calibration and held-out inputs are synthetic pages of dark
 text on a light background: what these models are trained on.
 """
+import logging
 import os
 
 import numpy as np
@@ -80,6 +81,41 @@ def test_real_cnn_converts_with_cosine_at_least_0_99(tmp_path, rapidocr_models, 
     assert float(np.mean(cosines)) >= 0.98, cosines
 
 
+def _project(tmp_path, rapidocr_models, name: str) -> str:
+    """A makertbin yaml for the sample CNN or a wheel model, 20 calibration pages; returns its path."""
+    from bpuemu.host.samples import write_sample_project
+
+    if name == "sample":
+        return write_sample_project(str(tmp_path / "sample"), 64, "rgb", samples=20)
+    _, h, w = MODELS[name]
+    rng = np.random.default_rng(7)
+    cal = write_cal_dir(str(tmp_path / "cal"), [text_image(h, w, rng)[..., ::-1].transpose(2, 0, 1)[None] for _ in range(20)])
+    return write_config(
+        str(tmp_path / f"{name}.yaml"), rapidocr_models[name], name, str(tmp_path / "out"),
+        {"x": {"input_type_train": "bgr", "input_layout_train": "NCHW", "input_type_rt": "bgr", "input_layout_rt": "NCHW",
+               "norm_type": "data_mean_and_scale", "mean_value": "127.5 127.5 127.5", "scale_value": "0.007843137",
+               "input_shape": f"1x3x{h}x{w}", "cal_data_dir": cal, "cal_data_type": "uint8"}})
+
+
+@pytest.mark.parametrize("name", ["sample", "cls"])
+def test_reused_calibration_statistics_give_identical_artifacts(tmp_path, rapidocr_models, caplog, name):
+    """A second conversion reads the calibration statistics from the cache (bpuemu.host.quant.statcache):
+    the five artifacts are byte-identical to the first's, which computed and stored them."""
+    cfg = _project(tmp_path, rapidocr_models, name)
+    files, logs = [], []
+    for _ in range(2):
+        caplog.clear()
+        with caplog.at_level(logging.INFO):
+            art = makertbin_from_config(cfg)
+        logs.append(caplog.text)
+        paths = [art.original, art.optimized, art.calibrated, art.quantized, art.bin]
+        files.append([open(p, "rb").read() for p in paths])
+    assert "calibration statistics stored in" in logs[0] and "calibration statistics reused from" not in logs[0]
+    assert "calibration statistics reused from" in logs[1] and "calibration statistics stored in" not in logs[1]
+    for p, a, b in zip(paths, *files):
+        assert a == b, f"{os.path.basename(p)} differs"
+
+
 @pytest.mark.parametrize("name", ["sample", "cls", "det"])
 def test_default_search_artifacts_equal_scoring_every_candidate_on_every_sample(tmp_path, rapidocr_models, monkeypatch, name):
     """The default search scores a candidate only until the choice is certain (bpuemu.host.quant.search);
@@ -87,21 +123,10 @@ def test_default_search_artifacts_equal_scoring_every_candidate_on_every_sample(
     exhaustive search (every candidate on all 16 evaluation samples, converted into the same
     working_dir), the choice is the same, and the candidates left early are ruled out by their bound."""
     from bpuemu.host.quant import search
-    from bpuemu.host.samples import write_sample_project
 
     from test_quant import assert_same_choice
 
-    if name == "sample":
-        cfg = write_sample_project(str(tmp_path / "sample"), 64, "rgb", samples=20)
-    else:
-        _, h, w = MODELS[name]
-        rng = np.random.default_rng(7)
-        cal = write_cal_dir(str(tmp_path / "cal"), [text_image(h, w, rng)[..., ::-1].transpose(2, 0, 1)[None] for _ in range(20)])
-        cfg = write_config(
-            str(tmp_path / f"{name}.yaml"), rapidocr_models[name], name, str(tmp_path / "out"),
-            {"x": {"input_type_train": "bgr", "input_layout_train": "NCHW", "input_type_rt": "bgr", "input_layout_rt": "NCHW",
-                   "norm_type": "data_mean_and_scale", "mean_value": "127.5 127.5 127.5", "scale_value": "0.007843137",
-                   "input_shape": f"1x3x{h}x{w}", "cal_data_dir": cal, "cal_data_type": "uint8"}})
+    cfg = _project(tmp_path, rapidocr_models, name)
     original = search.default_search
     results, files = [], []
     for exhaustive in (True, False):

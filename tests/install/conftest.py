@@ -61,7 +61,9 @@ class Venv:
         """Run ``command`` (a console script name, found on the venv's PATH) in ``cwd``."""
         exe = shutil.which(command, path=self.env["PATH"])
         assert exe, f"{command}: command not found in {self.bin}"
-        proc = subprocess.run([exe, *args], cwd=cwd, env=self.env, capture_output=True, text=True,
+        # The calibration statistics cache the test runs with (tests/conftest.py), never the user's.
+        env = {**self.env, "BPUEMU_CALIBRATION_CACHE": os.environ["BPUEMU_CALIBRATION_CACHE"]}
+        proc = subprocess.run([exe, *args], cwd=cwd, env=env, capture_output=True, text=True,
                               timeout=timeout, stdin=subprocess.DEVNULL)
         if check:
             assert proc.returncode == 0, f"$ {command} {' '.join(args)}\nexit {proc.returncode}\n{proc.stdout}\n{proc.stderr}"
