@@ -25,6 +25,7 @@ import json
 import logging
 import os
 import tempfile
+import time
 import zipfile
 from pathlib import Path
 from typing import Callable, Dict, Mapping, Optional, Sequence
@@ -144,7 +145,15 @@ def _write(path: Path, arrays: Mapping[str, np.ndarray]) -> None:
 
 
 def _evict(root: Path, keep: Path, limit: int) -> None:
-    """Remove the least recently used entries (by mtime; a reuse touches its entry) beyond ``limit`` bytes."""
+    """Remove the least recently used entries (by mtime; a reuse touches its entry) beyond ``limit`` bytes,
+    and temporary files older than a day (a conversion killed while writing its entry)."""
+    stale = time.time() - 86400
+    for p in root.glob(".*.tmp"):
+        try:
+            if p.stat().st_mtime < stale:
+                p.unlink()
+        except OSError:
+            pass
     entries = []
     for p in root.glob("*.npz"):
         try:

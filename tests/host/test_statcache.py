@@ -155,22 +155,26 @@ def test_fuller_entry_serves_a_narrower_request_and_a_wider_one_replaces_it(capl
 
 
 def test_the_least_recently_used_entries_go_beyond_the_size_bound(calibration_cache):
-    m = QM.zoo_model()
-    model = QM.zoo_model()
     from bpuemu.host.onnxgraph import tensor_infos
+
+    model = QM.zoo_model()
     infos = tensor_infos(model)
     tensors = [model.graph.input[0].name]
-    data = [QM.featuremaps(m, 1, seed=s) for s in range(4)]
+    data = [QM.featuremaps(model, 1, seed=s) for s in range(4)]
     for d in data:
         statcache.cached_statistics(model, tensors, d, infos)
     entries = sorted(calibration_cache.glob("*.npz"), key=os.path.getmtime)
     assert len(entries) == 4
     size = max(os.path.getsize(p) for p in entries)
     os.utime(entries[0])            # the oldest was just used: it stays, the next oldest goes
-    statcache.cached_statistics(model, tensors, QM.featuremaps(m, 1, seed=9), infos, limit=4 * size)
+    killed, writing = calibration_cache / ".killed.x.tmp", calibration_cache / ".writing.x.tmp"
+    killed.write_bytes(b"half an entry")
+    writing.write_bytes(b"half an entry")
+    os.utime(killed, (0, 2 * 86400))         # a conversion killed while writing, days ago: removed
+    statcache.cached_statistics(model, tensors, QM.featuremaps(model, 1, seed=9), infos, limit=4 * size)
     left = set(calibration_cache.glob("*.npz"))
     assert len(left) == 4 and entries[0] in left and entries[1] not in left
-    assert not list(calibration_cache.glob("*.tmp"))
+    assert list(calibration_cache.glob(".*.tmp")) == [writing]   # another conversion's, being written now: kept
 
 
 def test_every_test_has_its_own_cache_directory(tmp_path):
