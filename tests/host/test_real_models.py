@@ -97,7 +97,7 @@ def _project(tmp_path, rapidocr_models, name: str) -> str:
                "input_shape": f"1x3x{h}x{w}", "cal_data_dir": cal, "cal_data_type": "uint8"}})
 
 
-@pytest.mark.parametrize("name", ["sample", "cls"])
+@pytest.mark.parametrize("name", ["sample", "cls", "det"])
 def test_reused_calibration_statistics_give_identical_artifacts(tmp_path, rapidocr_models, caplog, name):
     """A second conversion reads the calibration statistics from the cache (bpuemu.host.quant.statcache):
     the five artifacts are byte-identical to the first's, which computed and stored them."""
