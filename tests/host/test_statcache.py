@@ -104,7 +104,7 @@ def test_corrupt_entry_is_reported_once_and_recomputed(project, caplog, passes):
     assert one(REUSED, log3) == entry and len(passes) == 2 and third == first
 
 
-def test_off_switch_and_default_location(project, caplog, passes, monkeypatch, tmp_path):
+def test_off_switch_default_location_and_an_unwritable_cache(project, caplog, passes, monkeypatch, tmp_path):
     monkeypatch.setenv(statcache.ENV, "off")
     first, log1 = convert(project, caplog)
     second, log2 = convert(project, caplog)
@@ -116,6 +116,12 @@ def test_off_switch_and_default_location(project, caplog, passes, monkeypatch, t
     third, log3 = convert(project, caplog)
     assert os.path.dirname(one(STORED, log3)) == str(tmp_path / "xdg" / "bpuemu" / "calibration")
     assert third == first
+    # A cache that cannot be written (here a file where the directory should be) costs only the reuse.
+    (tmp_path / "not-a-dir").write_text("")
+    monkeypatch.setenv(statcache.ENV, str(tmp_path / "not-a-dir"))
+    fourth, log4 = convert(project, caplog)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING and "calibration statistics" in r.getMessage()]
+    assert len(warnings) == 1 and "not cached: cannot write" in warnings[0] and fourth == first
 
 
 def test_fuller_entry_serves_a_narrower_request_and_a_wider_one_replaces_it(caplog, passes, calibration_cache):
