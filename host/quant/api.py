@@ -148,14 +148,20 @@ def _weights(plan: QuantPlan) -> Dict[str, WeightQuant]:
 
 
 def _stats_cache(plan: QuantPlan, samples: Sequence[Sample], options: QuantOptions,
-                 methods: Sequence[Calibration], log: logging.Logger) -> ThresholdCache:
+                 methods: Sequence[Calibration], log: logging.Logger, used: Optional[List] = None) -> ThresholdCache:
     """Statistics for the calibrations ``methods``: the histogram pass only when one of
     them reads histograms, per-channel ranges only when one is per-channel; read from the
-    calibration statistics cache (statcache.py) when this model saw these samples before."""
-    stats = cached_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins,
-                              histograms=any(needs_histogram(c.method) for c in methods),
-                              per_channel=any(c.per_channel for c in methods), log=log)
-    return ThresholdCache(stats, options.kl_quantized_bins)
+    calibration statistics cache (statcache.py) when this model saw these samples before,
+    with the KL thresholds computed from them then. ``used`` collects (entry, thresholds)
+    for ``calibrate`` to add this run's KL thresholds to the entry."""
+    q = options.kl_quantized_bins
+    cached = cached_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins,
+                               histograms=any(needs_histogram(c.method) for c in methods),
+                               per_channel=any(c.per_channel for c in methods), log=log)
+    cache = ThresholdCache(cached.stats, q, {t: v for (t, qb), v in cached.kl.items() if qb == q})
+    if used is not None:
+        used.append((cached, cache))
+    return cache
 
 
 # --- calibration strategies, keyed by calibration_type ---------------------------------------------
@@ -164,6 +170,7 @@ class _Context:
     def __init__(self, plan, samples, options, log, loaded, loaded_w):
         self.plan, self.samples, self.options, self.log = plan, samples, options, log
         self.loaded, self.loaded_w = loaded, loaded_w
+        self.statistics: List = []     # (statcache entry, ThresholdCache) of each statistics read
 
     def eval_samples(self) -> List[Sample]:
         n = self.options.search_samples
@@ -182,7 +189,8 @@ def _strategy_default(ctx: _Context):
         ctx.log.warning("per_channel is chosen by the default search itself; the per_channel setting is ignored")
     if ctx.options.max_percentile < 1.0:
         ctx.log.warning("max_percentile applies to calibration_type max only; ignored with default")
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.default_candidates(ctx.options.search_percentile), ctx.log)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.default_candidates(ctx.options.search_percentile), ctx.log,
+                        ctx.statistics)
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     res = search.default_search(ctx.plan, cache, weights, ev, ctx.options.search_target, ctx.options.search_percentile, ctx.log)
@@ -191,7 +199,7 @@ def _strategy_default(ctx: _Context):
 
 def _strategy_mix(ctx: _Context):
     _need_samples(ctx)
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options), ctx.log)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options), ctx.log, ctx.statistics)
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     return search.mix_search(ctx.plan, cache, weights, ev, ctx.options, ctx.log), weights
@@ -203,7 +211,7 @@ def _uniform(method: Method):
         o = ctx.options
         m = percentile_method(o.max_percentile) if method.kind == "max" else method
         calib = Calibration(m, o.per_channel, o.asymmetric)
-        cache = _stats_cache(ctx.plan, ctx.samples, o, [calib], ctx.log)
+        cache = _stats_cache(ctx.plan, ctx.samples, o, [calib], ctx.log, ctx.statistics)
         return search.uniform(ctx.plan, cache, calib, ctx.log), _weights(ctx.plan)
     return strategy
 
@@ -330,6 +338,9 @@ def calibrate(
     plan = _plan(base, bpu, int8_inputs, options, samples, log)
     ctx = _Context(plan, samples, options, log, loaded, loaded_w)
     result, weights = STRATEGIES[options.calibration_type](ctx)
+    for cached, cache in ctx.statistics:
+        q = options.kl_quantized_bins
+        cached.save_kl({(t, q): v for t, v in cache.kl_thresholds().items()}, log)
     corrections = {}
     if options.bias_correction:
         corrections = search.bias_correction(plan, result.acts, weights, ctx.samples, log)

@@ -201,10 +201,17 @@ THRESHOLD_METHODS: Dict[str, ThresholdFn] = {
 class ThresholdCache:
     """Threshold of each (tensor, method), computed once per calibration run (KL is the slow one)."""
 
-    def __init__(self, stats: Mapping[str, TensorStats], quantized_bins: int = 128):
+    def __init__(self, stats: Mapping[str, TensorStats], quantized_bins: int = 128,
+                 known_kl: Optional[Mapping[str, float]] = None):
+        """``known_kl``: KL thresholds (tensor -> threshold) already computed from these statistics
+        with these quantized_bins (the calibration statistics cache keeps them)."""
         self.stats = stats
         self.quantized_bins = quantized_bins
-        self._cache: Dict[Tuple[str, Method], float] = {}
+        self._cache: Dict[Tuple[str, Method], float] = {(t, KL): v for t, v in (known_kl or {}).items()}
+
+    def kl_thresholds(self) -> Dict[str, float]:
+        """The KL thresholds known or computed so far, by tensor."""
+        return {t: v for (t, m), v in self._cache.items() if m == KL}
 
     def threshold(self, tensor: str, method: Method) -> float:
         key = (tensor, method)

@@ -53,17 +53,37 @@ def one(pattern, text):
 
 
 @pytest.fixture
+def kl_computed(monkeypatch):
+    """The tensors whose KL threshold was computed (not read from the cache)."""
+    from bpuemu.host.quant import calibrators
+
+    computed = []
+    original = calibrators.THRESHOLD_METHODS["kl"]
+
+    def counting(stats, **kw):
+        computed.append(stats)
+        return original(stats, **kw)
+
+    monkeypatch.setitem(calibrators.THRESHOLD_METHODS, "kl", counting)
+    return computed
+
+
+@pytest.fixture
 def project(tmp_path):
     return write_sample_project(str(tmp_path / "sample"), 32, "rgb", samples=6)
 
 
-def test_second_conversion_reuses_the_statistics_with_identical_artifacts(project, caplog, passes, calibration_cache):
+def test_second_conversion_reuses_the_statistics_with_identical_artifacts(project, caplog, passes, kl_computed,
+                                                                         calibration_cache):
     first, log1 = convert(project, caplog)
     stored = one(STORED, log1)
     assert not REUSED.search(log1) and os.path.dirname(stored) == str(calibration_cache) and len(passes) == 1
+    assert kl_computed, "the default search computes KL thresholds"
+    kl_computed.clear()
     second, log2 = convert(project, caplog)
     assert one(REUSED, log2) == stored and not STORED.search(log2)
     assert len(passes) == 1, "the second conversion collected statistics again"
+    assert kl_computed == [], "the second conversion computed KL thresholds the entry holds"
     assert second == first
 
 
@@ -145,7 +165,7 @@ def test_fuller_entry_serves_a_narrower_request_and_a_wider_one_replaces_it(capl
                 assert (u is None) == (v is None) and (u is None or (u.dtype == v.dtype and np.array_equal(u, v)))
 
     def cached(h, c):
-        return statcache.cached_statistics(plan.model, tensors, samples, plan.infos, histograms=h, per_channel=c)
+        return statcache.cached_statistics(plan.model, tensors, samples, plan.infos, histograms=h, per_channel=c).stats
 
     with caplog.at_level(logging.INFO):
         hists = cached(True, False)                                      # stored: histograms, no channel ranges
@@ -186,3 +206,20 @@ def test_the_least_recently_used_entries_go_beyond_the_size_bound(calibration_ca
 def test_every_test_has_its_own_cache_directory(tmp_path):
     """tests/conftest.py's autouse fixture: no test reuses statistics another test computed (this test asks for no fixture)."""
     assert os.environ[statcache.ENV] == str(tmp_path / "calibration-cache")
+
+
+def test_kl_thresholds_read_back_give_the_same_kl_calibration(project, caplog, kl_computed):
+    """calibration_type kl uses the KL thresholds as they are: read back from the entry, the artifacts are
+    byte-identical to the conversion that computed them."""
+    import yaml
+
+    with open(project) as f:
+        doc = yaml.safe_load(f)
+    doc["calibration_parameters"]["calibration_type"] = "kl"
+    with open(project, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
+    first, _ = convert(project, caplog)
+    assert kl_computed
+    kl_computed.clear()
+    second, log2 = convert(project, caplog)
+    assert REUSED.search(log2) and kl_computed == [] and second == first
