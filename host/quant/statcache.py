@@ -247,11 +247,13 @@ def cached_statistics(
     has_h = histograms or (entry is not None and entry.histograms)
     has_c = per_channel or (entry is not None and entry.per_channel)
     stats = collect(model, tensors, samples, infos, bins, histograms=has_h, per_channel=has_c)
+    kl = dict(entry.kl) if entry is not None and entry.histograms else {}    # the same histograms: still valid
     try:
-        _write(path, _arrays(key, stats, has_h, has_c, bins, {}))
+        _write(path, _arrays(key, stats, has_h, has_c, bins, kl))
         _evict(root, path, limit)
         log.info("calibration statistics stored in %s for the next conversion of this model with this data", path)
     except OSError as exc:
         log.warning("calibration statistics not cached: cannot write %s (%s)", path, exc)
         return CachedStatistics(_narrowed(stats, histograms, per_channel), {})
-    return CachedStatistics(_narrowed(stats, histograms, per_channel), {}, path, key, stats, has_h, has_c, bins)
+    return CachedStatistics(_narrowed(stats, histograms, per_channel), kl if histograms else {}, path, key, stats,
+                            has_h, has_c, bins)

@@ -164,16 +164,22 @@ def test_fuller_entry_serves_a_narrower_request_and_a_wider_one_replaces_it(capl
             for u, v in ((x.hist, y.hist), (x.channel_min, y.channel_min), (x.channel_max, y.channel_max)):
                 assert (u is None) == (v is None) and (u is None or (u.dtype == v.dtype and np.array_equal(u, v)))
 
+    def entry(h, c):
+        return statcache.cached_statistics(plan.model, tensors, samples, plan.infos, histograms=h, per_channel=c)
+
     def cached(h, c):
-        return statcache.cached_statistics(plan.model, tensors, samples, plan.infos, histograms=h, per_channel=c).stats
+        return entry(h, c).stats
 
     with caplog.at_level(logging.INFO):
-        hists = cached(True, False)                                      # stored: histograms, no channel ranges
+        first = entry(True, False)                                       # stored: histograms, no channel ranges
+        hists = first.stats
+        first.save_kl({(tensors[0], 128): 0.25}, logging.getLogger("test"))   # a KL threshold derived from them
         assert len(passes) == 1
         channels = cached(False, True)    # needs channel ranges: computed again with the histograms too, replaces
         assert len(passes) == 2 and len(list(calibration_cache.glob("*.npz"))) == 1
         for h, c in ((False, False), (True, False), (False, True), (True, True)):
             same(cached(h, c), collect_statistics(plan.model, tensors, samples, plan.infos, histograms=h, per_channel=c))
+        assert entry(True, True).kl == {(tensors[0], 128): 0.25}        # kept through the replacement
     assert len(passes) == 2 + 4                                          # the four reads collected nothing
     same(hists, collect_statistics(plan.model, tensors, samples, plan.infos, histograms=True, per_channel=False))
     same(channels, collect_statistics(plan.model, tensors, samples, plan.infos, histograms=False, per_channel=True))
