@@ -98,6 +98,11 @@ peak 614 / 665 / 520 MB (the rerun's figure is above the first run's in the benc
 forked children, VmHWM was 632 MB computing the statistics and 529 MB reading them). Where a det 320
 rerun's 9.6 s go (cProfile): the cosine table 4.8 s, the search 2.9 s (scoring candidates; reading
 the entry and hashing the samples take milliseconds), the rest 1.9 s.
+PP-OCRv4 det 640 x 100, ``--models det --det-size 640 --samples 100 --rounds 1 --timing-only --sides
+default,default-rerun,MinMax``, started at load 0.6 after the soak ended (20:06 UTC, nothing else
+running): default 65.2 s, default-rerun 17.2 s, MinMax 30.7 s: 2.12 and 0.56; peak 2507 / 2457 /
+2107 MB (739 MB of it the bench's own at fork). The first conversion's goal stays unmet; a user's
+second and later conversions of the same model on the same data take 0.56x MinMax's time.
 """
 import argparse
 import contextlib
