@@ -15,7 +15,7 @@ import numpy as np
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.version import API_VERSION, FORMAT_MAJOR, FORMAT_MINOR, RUNTIME_VERSION, __version__
 from bpuemu.common.tensor import (
-    WIRE_NAMES, byte_view, from_wire, message_fields, tensor_data, tensor_head, tensor_layout, to_wire,
+    WIRE_NAMES, byte_view, from_wire, message_fields, tensor_data, tensor_head, tensor_layout, to_wire, varint,
 )
 from bpuemu.common.wire import DATA_HEADER, DATA_MAGIC, INFER, REPLY
 from bpuemu.board.runtime.infer import InferResult
@@ -210,7 +210,7 @@ class ReplyFrames:
         key = (tuple([(f, n, a.dtype, a.shape) for f, n, a in tensors]), frames)
         heads = self._forms.get(key)
         if heads is None:
-            pieces = [_LATENCY_KEY + _varint(8 * frames), 8 * frames] if frames else []
+            pieces = [_LATENCY_KEY + varint(8 * frames), 8 * frames] if frames else []
             for f, n, a in tensors:
                 pieces += _tensor_pieces(f, n, a)
             heads = _frame_heads(REPLY, pieces)
@@ -223,15 +223,6 @@ class ReplyFrames:
 
 _LATENCY = board_pb2.InferReply.DESCRIPTOR.fields_by_name["latency_ms"].number
 _LATENCY_KEY = bytes([_LATENCY << 3 | 2])
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while n > 0x7F:
-        out.append((n & 0x7F) | 0x80)
-        n >>= 7
-    out.append(n)
-    return bytes(out)
 
 
 class _StreamParser:

@@ -182,7 +182,8 @@ _PB_VARINT, _PB_FIXED64, _PB_LEN, _PB_FIXED32 = 0, 1, 2, 5
 _TENSOR_DATA = board_pb2.Tensor.DESCRIPTOR.fields_by_name["data"].number
 
 
-def _varint(n: int) -> bytes:
+def varint(n: int) -> bytes:
+    """``n`` as a protobuf base-128 varint."""
     out = bytearray()
     while n > 0x7F:
         out.append((n & 0x7F) | 0x80)
@@ -192,7 +193,7 @@ def _varint(n: int) -> bytes:
 
 
 def _key(field: int, wire_type: int) -> bytes:
-    return _varint(field << 3 | wire_type)
+    return varint(field << 3 | wire_type)
 
 
 def tensor_head(field: int, name: str, array: np.ndarray) -> bytes:
@@ -203,8 +204,8 @@ def tensor_head(field: int, name: str, array: np.ndarray) -> bytes:
         raise InvalidInput(f"tensor '{name[:80]}': dtype {array.dtype.str} cannot be sent "
                            f"(a wire tensor is one of {', '.join(sorted(WIRE_DTYPES))}, native byte order)")
     meta = board_pb2.Tensor(name=name, dtype=dtype, shape=array.shape).SerializeToString()
-    data = _key(_TENSOR_DATA, _PB_LEN) + _varint(array.nbytes)
-    return _key(field, _PB_LEN) + _varint(len(meta) + len(data) + array.nbytes) + meta + data
+    data = _key(_TENSOR_DATA, _PB_LEN) + varint(array.nbytes)
+    return _key(field, _PB_LEN) + varint(len(meta) + len(data) + array.nbytes) + meta + data
 
 
 def tensor_data(array: np.ndarray) -> memoryview:
