@@ -21,6 +21,7 @@ import numpy as np
 import onnx
 from onnx import numpy_helper
 
+from bpuemu.host.compiler.fuse_preprocess import one_transpose_view
 from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.compiler.timing.strategy import DEFAULT_STRATEGY, CompileStrategy
 from bpuemu.host.compiler.timing.x5 import KINDS, X5Bpu, align
@@ -208,7 +209,7 @@ class _Piece(GraphIndex):
 def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrategy = DEFAULT_STRATEGY) -> List[Layer]:
     """The layers of one BPU subgraph piece, costed with ``bpu`` as ``strategy`` compiles them
     (start/end filled in order)."""
-    p = _Piece(model)
+    p = _Piece(one_transpose_view(model))   # an input's layout change: one move on the X5
     sram = bpu.sram_bytes * strategy.sram_share
     layers: List[Layer] = []
     by_output: Dict[str, Layer] = {}          # real output tensor -> layer that makes it
