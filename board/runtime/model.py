@@ -5,6 +5,8 @@ parameters, name lookups) happens once, at load time. ``LoadedModel.run`` is
 thread-safe: each call keeps its tensors in its own table, and onnxruntime
 sessions are safe to run concurrently.
 """
+import logging
+import threading
 import time
 from typing import Dict, List, Optional, Sequence
 
@@ -15,11 +17,13 @@ from bpuemu.common.errors import InvalidInput, InvalidModelFile
 from bpuemu.common.input_types import checked_rt_input, rt_shape, to_model_input
 from bpuemu.common.numerics import Dequantizer
 from bpuemu.common.proto import model_pb2
+from bpuemu.board.runtime.merge import chains, merge_pieces
 from bpuemu.board.runtime.profiler import FrameTimes
 from bpuemu.board.runtime.sessions import session_from_bytes
 from bpuemu.board.runtime.validate import check_input_spec, check_plan
 
 Kind = model_pb2.PlanStep
+log = logging.getLogger(__name__)
 
 #: The step kinds the profiler counts as BPU time.
 BPU_KINDS = {Kind.BPU_SUBGRAPH}
@@ -62,22 +66,32 @@ class Step:
 
 
 class OrtStep(Step):
-    """A compiled piece (BPU subgraph, CPU op, input quantize) run by onnxruntime.
-
-    Runs through the session's own binding: what InferenceSession.run checks on every call (the
-    feed names the piece's inputs, no OrtValue of another device, no graph capture) holds by
-    construction once check_plan has matched the step's inputs and outputs to the piece's.
-    """
+    """A compiled piece (BPU subgraph, CPU op, input quantize) run by onnxruntime (``_bind``: once
+    check_plan has matched the step's inputs and outputs to the piece's)."""
 
     def __init__(self, spec, blob: bytes, intra_op_threads: int):
         super().__init__(spec)
+        self.blob = blob
+        self._threads = intra_op_threads
+        self._lock = threading.Lock()
         try:
             self.session = session_from_bytes(blob, intra_op_threads)
         except Exception as exc:  # onnxruntime's own exception types vary by version
             raise InvalidModelFile(f"step '{spec.name}': piece does not load: {exc}") from None
-        binding = getattr(self.session, "_sess", None)
-        self._run = binding.run if binding is not None else self.session.run
-        self._single = (self.inputs[0], self.outputs[0]) if len(self.inputs) == 1 and len(self.outputs) == 1 else None
+        _bind(self, self.session)
+
+    def release(self) -> None:
+        """Close the session (a MergedStep runs this piece on frames without dumps): it holds the piece's
+        weights a second time. The first profiled or dumped frame opens it again."""
+        self.session = None
+        self._run = self._reopen
+
+    def _reopen(self, outputs, feed, run_options):
+        with self._lock:
+            if self.session is None:
+                self.session = session_from_bytes(self.blob, self._threads)
+                _bind(self, self.session)
+        return self._run(outputs, feed, run_options)
 
     def run(self, tensors):
         if self._single is not None:
@@ -87,6 +101,54 @@ class OrtStep(Step):
         feed = {name: tensors[name] for name in self.inputs}
         for name, value in zip(self.outputs, self._run(self.outputs, feed, None)):
             tensors[name] = value
+
+
+def _bind(step, session) -> None:
+    """Run ``session`` through its own binding: what InferenceSession.run checks on every call (the feed
+    names the piece's inputs, no OrtValue of another device, no graph capture) holds by construction."""
+    binding = getattr(session, "_sess", None)
+    step._run = binding.run if binding is not None else session.run
+    step._single = (step.inputs[0], step.outputs[0]) if len(step.inputs) == 1 and len(step.outputs) == 1 else None
+
+
+class MergedStep:
+    """Consecutive pieces of the plan run as one onnxruntime session (bpuemu.board.runtime.merge): writes
+    only the tensors later steps and the model's outputs read."""
+
+    noop = False
+    run = OrtStep.run
+
+    def __init__(self, steps: Sequence[OrtStep], session, outputs: Sequence[str]):
+        self.name = "+".join(s.name for s in steps)
+        self.steps = list(steps)
+        self.session = session
+        self.inputs = [a.name for a in session.get_inputs()]
+        self.outputs = list(outputs)
+        _bind(self, session)
+
+
+def merge_steps(steps: Sequence[Step], outputs: Sequence[str], intra_op_threads: int) -> List:
+    """``steps`` with each run of consecutive onnxruntime pieces as one MergedStep (a run that cannot be
+    merged stays as it is); ``outputs``: the tensors read after the last step."""
+    runs = chains(steps, lambda s: isinstance(s, OrtStep))
+    frame: List = []
+    for i, run in enumerate(runs):
+        later = set(outputs).union(*(s.inputs for r in runs[i + 1:] for s in r))
+        needed = [t for s in run for t in s.outputs if t in later]
+        blob = merge_pieces([s.blob for s in run], needed) if len(run) > 1 else None
+        session = None
+        if blob is not None:
+            try:
+                session = session_from_bytes(blob, intra_op_threads)
+            except Exception as exc:  # onnxruntime's own exception types vary by version
+                log.debug("pieces %s run one by one: the merged graph does not load: %s", [s.name for s in run], exc)
+        if session is None:
+            frame.extend(run)
+            continue
+        frame.append(MergedStep(run, session, needed))
+        for step in run:
+            step.release()
+    return frame
 
 
 class DequantizeStep(Step):
@@ -166,14 +228,18 @@ class ModelDescription:
 class LoadedModel(ModelDescription):
     """One model of a `.bin`, ready to run."""
 
-    def __init__(self, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int = 1):
+    def __init__(self, model: model_pb2.Model, blobs: Dict[str, bytes], intra_op_threads: int = 1,
+                 merge: bool = True):
         super().__init__(model)
         self.steps: List[Step] = [_build_step(s, model, blobs, intra_op_threads) for s in model.plan]
         check_plan(model, self.steps)
         self._fused = [s for s in self.steps if isinstance(s, PreprocessStep) and s.fused]
-        # What a frame without profiling runs: the plan less the steps that change nothing.
-        self._frame_steps = [s for s in self.steps if not s.noop]
         self._output_tensors = list(model.output_tensors) or self.output_names
+        # What a frame with dumps runs: the plan less the steps that change nothing; without dumps, the
+        # same with consecutive pieces merged (``merge``).
+        self._step_by_step = [s for s in self.steps if not s.noop]
+        self._frame_steps = (merge_steps(self._step_by_step, self._output_tensors, intra_op_threads)
+                             if merge else self._step_by_step)
         self._table_names = [f"rt:{name}" for name in self.input_names]
         self.x5_steps = x5_timing.plan_steps(model) if x5_timing.has_timing(model) else None
 
@@ -213,7 +279,7 @@ class LoadedModel(ModelDescription):
                 raise x5_timing.NoX5Timing(f"model '{self.name}': {x5_timing.NO_TIMING} (this board runs --timing x5)")
             deadline = x5.deadline_ns(self.x5_steps, submitted_ns or start)
         if times is None:
-            for step in self._frame_steps:
+            for step in self._step_by_step if keep_intermediate else self._frame_steps:
                 step.run(tensors)
         else:
             t0 = start

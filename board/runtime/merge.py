@@ -1,0 +1,172 @@
+"""Consecutive onnxruntime pieces of a plan merged into one graph, for frames that need only outputs.
+
+Every onnxruntime run has a fixed cost: about 6 us on a hot cache, 20-40 us
+after a frame's convolutions have emptied the caches (the session's state and
+the binding's code come back from memory). A plan of a BPU subgraph and a CPU
+op after it (a Softmax) pays it twice where plain onnxruntime on the quantized
+model pays it once. The pieces are cut at QuantizeLinear outputs, so the
+merged graph is the quantized model's graph again (with the Preprocess the
+first subgraph computes) and onnxruntime, with the same session options,
+computes the same bits (DESIGN.md, "Numerical contract"); the step-by-step
+path stays for profiled frames and dumps, which need every piece's tensors.
+
+The onnx package is not on the board: the pieces are read with a schema of
+the few ONNX fields the merge touches (field numbers of onnx.proto), built
+here from a descriptor; protobuf keeps every other field as it read it, byte
+for byte. Pieces that would need more than renaming their internal tensors
+(subgraph attributes, local functions, sparse initializers, other opset
+versions) are not merged: they run one by one, as before.
+"""
+import functools
+from typing import Dict, List, Optional, Sequence, Set
+
+from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
+
+_F = descriptor_pb2.FieldDescriptorProto
+_STRING, _BYTES, _INT64 = _F.TYPE_STRING, _F.TYPE_BYTES, _F.TYPE_INT64
+_ONE, _MANY = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+
+#: message -> (field, number, type or message, label): the ONNX fields the merge reads or writes.
+_SCHEMA = {
+    "Model": [("ir_version", 1, _INT64, _ONE), ("opset_import", 8, "Opset", _MANY), ("graph", 7, "Graph", _ONE),
+              ("functions", 25, _BYTES, _MANY)],
+    "Opset": [("domain", 1, _STRING, _ONE), ("version", 2, _INT64, _ONE)],
+    "Graph": [("node", 1, "Node", _MANY), ("initializer", 5, "Tensor", _MANY), ("input", 11, "ValueInfo", _MANY),
+              ("output", 12, "ValueInfo", _MANY), ("value_info", 13, "ValueInfo", _MANY),
+              ("sparse_initializer", 15, _BYTES, _MANY)],
+    "Node": [("input", 1, _STRING, _MANY), ("output", 2, _STRING, _MANY), ("name", 3, _STRING, _ONE),
+             ("attribute", 5, "Attribute", _MANY)],
+    "Attribute": [("g", 6, _BYTES, _ONE), ("graphs", 11, _BYTES, _MANY)],
+    "Tensor": [("name", 8, _STRING, _ONE)],
+    "ValueInfo": [("name", 1, _STRING, _ONE)],
+}
+
+
+@functools.lru_cache(maxsize=1)
+def _messages():
+    """The schema's message classes, by name."""
+    f = descriptor_pb2.FileDescriptorProto(name="bpuemu_onnx_merge.proto", package="bpuemu_onnx_merge",
+                                           syntax="proto2")
+    for name, fields in _SCHEMA.items():
+        msg = f.message_type.add(name=name)
+        for field, number, kind, label in fields:
+            spec = msg.field.add(name=field, number=number, label=label)
+            if isinstance(kind, str):
+                spec.type, spec.type_name = _F.TYPE_MESSAGE, f".bpuemu_onnx_merge.{kind}"
+            else:
+                spec.type = kind
+    pool = descriptor_pool.DescriptorPool()
+    pool.Add(f)
+    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"bpuemu_onnx_merge.{name}"))
+            for name in _SCHEMA}
+
+
+class _Names:
+    """Every name the merged graph uses, and fresh ones for the internal tensors of later pieces that repeat
+    one (a DequantizeLinear the compiler copied into two pieces writes the same tensor in both)."""
+
+    def __init__(self):
+        self.used: Set[str] = set()
+
+    def fresh(self, name: str, piece: int) -> str:
+        new, i = f"{name}__merged{piece}", 0
+        while new in self.used:
+            i += 1
+            new = f"{name}__merged{piece}_{i}"
+        self.used.add(new)
+        return new
+
+
+def merge_pieces(blobs: Sequence[bytes], outputs: Sequence[str]) -> Optional[bytes]:
+    """One ONNX model computing what the pieces ``blobs`` (in plan order, each reading the chain's inputs or
+    earlier pieces' outputs) compute, whose outputs are ``outputs`` (tensors the pieces output); None when
+    the pieces cannot be merged by renaming alone."""
+    msg = _messages()
+    models = [msg["Model"].FromString(b) for b in blobs]
+    opsets: Dict[str, int] = {}
+    for m in models:
+        if m.functions or m.graph.sparse_initializer or any(
+                a.HasField("g") or a.graphs for n in m.graph.node for a in n.attribute):
+            return None
+        for o in m.opset_import:
+            if opsets.setdefault(o.domain, o.version) != o.version:
+                return None
+    merged = msg["Model"]()
+    merged.CopyFrom(models[0])
+    merged.ir_version = max(m.ir_version for m in models)
+    g = merged.graph
+    for field in ("node", "initializer", "input", "output", "value_info"):
+        g.ClearField(field)
+
+    names = _Names()
+    linkable: Set[str] = set()           # the chain's inputs and the pieces' outputs: what a later piece may read
+    constants: Dict[str, bytes] = {}     # initializer name -> its bytes (a repeated identical one is shared)
+    declared: Dict[str, object] = {}     # tensor -> its ValueInfo (graph outputs)
+    node_names: Set[str] = set()
+    for index, m in enumerate(models):
+        mg = m.graph
+        inits = {t.name for t in mg.initializer}
+        rename: Dict[str, str] = {}
+        for vi in mg.input:
+            if vi.name in inits:
+                continue
+            if vi.name in names.used and vi.name not in linkable:
+                return None              # an earlier piece's internal tensor of the same name
+            if vi.name not in names.used:
+                g.input.add().CopyFrom(vi)
+                names.used.add(vi.name)
+                linkable.add(vi.name)
+        kept_inits = []
+        for t in mg.initializer:
+            data = t.SerializeToString()
+            if t.name in constants and constants[t.name] == data:
+                continue
+            if t.name in names.used:
+                rename[t.name] = names.fresh(t.name, index)
+            else:
+                names.used.add(t.name)
+                constants[t.name] = data
+            kept_inits.append(t)
+        piece_outputs = {o.name for o in mg.output}
+        for n in mg.node:
+            for o in n.output:
+                if o and o in names.used:
+                    if o in piece_outputs:
+                        return None      # two pieces write the same plan tensor
+                    rename[o] = names.fresh(o, index)
+                elif o:
+                    names.used.add(o)
+        for t in kept_inits:
+            t.name = rename.get(t.name, t.name)
+            g.initializer.add().CopyFrom(t)
+        for n in mg.node:
+            n.input[:] = [rename.get(i, i) for i in n.input]
+            n.output[:] = [rename.get(o, o) for o in n.output]
+            if n.name:
+                if n.name in node_names:
+                    n.name = names.fresh(n.name, index)
+                node_names.add(n.name)
+            g.node.add().CopyFrom(n)
+        for vi in mg.value_info:
+            vi.name = rename.get(vi.name, vi.name)
+            g.value_info.add().CopyFrom(vi)
+        for vi in mg.output:
+            linkable.add(vi.name)
+            declared[vi.name] = vi
+    if any(o not in declared for o in outputs):
+        return None
+    for o in outputs:
+        g.output.add().CopyFrom(declared[o])
+    return merged.SerializeToString()
+
+
+def chains(steps: Sequence, is_piece) -> List[List]:
+    """``steps`` in runs: each run of two or more consecutive pieces (``is_piece``) as one list, every other
+    step alone."""
+    runs: List[List] = []
+    for step in steps:
+        if is_piece(step) and runs and len(runs[-1]) and is_piece(runs[-1][-1]):
+            runs[-1].append(step)
+        else:
+            runs.append([step])
+    return runs
