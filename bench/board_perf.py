@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Board benchmarks, measured side by side in one run (this machine is shared and noisy).
 
-    python bench/board_perf.py [--size 224] [--frames 300] [--rounds 5]
+    python bench/board_perf.py [--size 224] [--frames 300] [--rounds 5] [--paddle] [--runtime-only]
 
 Prints four ratios, each with its goal (issue 2):
 
@@ -20,14 +20,21 @@ Prints four ratios, each with its goal (issue 2):
    the board's own run of the frame).
 3. perf FPS at thread_num=2 / thread_num=1 (goal >= 1.7 on 2 cores).
 4. runtime FPS on the .bin / plain onnxruntime FPS on the equivalent quantized
-   ONNX with the same session options (goal >= 0.95, issue 13); once with
-   onnxruntime fed the ready int8 NCHW tensor, once with it doing the same
-   uint8 NHWC -> int8 NCHW conversion the runtime's Preprocess does. Measured in
-   wall time and in this thread's CPU time (both sides run single-threaded in
-   the calling thread, so CPU time is what each side costs, free of the noise
-   of other processes on a shared machine); on the sample CNN and, with
-   --paddle, on PaddleOCR's cls and PP-OCRv4 det converted by makertbin
-   (bgr NHWC inputs, the models bench/convert.py and the tests use).
+   ONNX with the same session options (goal >= 0.95 with onnxruntime fed the
+   ready int8 NCHW tensor, issue 17; for reference, with onnxruntime doing the
+   runtime's uint8 NHWC -> int8 NCHW conversion in numpy first). onnxruntime
+   runs through its binding, as the runtime's pieces do (its Python wrapper's
+   feed checks would slow its side only). Beside it, the runtime as it ran
+   before issue 17 (the input's layout change one Transpose, the plan's pieces
+   run one by one). Measured in wall time and in this thread's CPU time (both
+   sides run single-threaded in the calling thread, so CPU time is what each
+   side costs, free of the noise of other processes on a shared machine); on
+   the sample CNN and, with --paddle, on PaddleOCR's cls and PP-OCRv4 det
+   converted by makertbin (bgr NHWC inputs, the models bench/convert.py and
+   the tests use). After the table, per model, where a runtime frame goes: its
+   onnxruntime runs, the Python around them (the frame less those runs), and
+   the layout change's share of the runs by onnxruntime's profiler.
+   --runtime-only runs this comparison alone (no daemon).
 5. remote infer FPS / local infer FPS with two clients on two cores (goal
    >= 0.9): two threads each calling infer on the board (one channel each),
    against two threads each running the model in-process, in slices of 0.75 s
@@ -97,9 +104,13 @@ from bpuemu.host.samples.daemon import start_daemon
 from bpuemu.host.samples import sample_bin
 
 
-def ratio_rows(label, local, unfused, ort_session, feed_name, x, ready, frames, rounds):
-    """Rows for runtime FPS / onnxruntime FPS on one model: wall and CPU time, ready and converted input;
-    and the same with the runtime running the plan whose Preprocess is a separate step (``unfused``)."""
+def ratio_rows(label, local, before, ort_session, feed_name, x, ready, frames, rounds):
+    """Rows for runtime FPS / onnxruntime FPS on one model (wall and CPU time; onnxruntime fed the int8 NCHW
+    input ready, and doing the runtime's uint8 NHWC -> int8 NCHW conversion in numpy first), the same for
+    ``before`` (the runtime as it ran the model before), and where a runtime frame's time goes.
+
+    onnxruntime runs through its binding (``InferenceSession._sess.run``), as the runtime's pieces do: its
+    Python wrapper's per-call feed checks would add some us to onnxruntime's side only."""
     def timed(fn):
         w0, c0 = time.perf_counter(), time.thread_time()
         for _ in range(frames):
@@ -109,9 +120,12 @@ def ratio_rows(label, local, unfused, ort_session, feed_name, x, ready, frames, 
     def convert():
         return np.ascontiguousarray((x ^ np.uint8(0x80)).view(np.int8).transpose(0, 3, 1, 2))
 
-    sides = {"rt": lambda: local.run([x]), "unfused": lambda: unfused.run([x]),
-             "ready": lambda: ort_session.run(None, {feed_name: ready}),
-             "conv": lambda: ort_session.run(None, {feed_name: convert()})}
+    run = ort_session._sess.run
+    names = [o.name for o in ort_session.get_outputs()]
+    sides = {"rt": lambda: local.run([x]), "before": lambda: before.run([x]),
+             "ready": lambda: run(names, {feed_name: ready}, None),
+             "conv": lambda: run(names, {feed_name: convert()}, None),
+             "sessions": onnxruntime_part(local, x)}
     got = {k: ([], []) for k in sides}
     for fn in sides.values():
         fn()  # warm
@@ -123,12 +137,63 @@ def ratio_rows(label, local, unfused, ort_session, feed_name, x, ready, frames, 
     rows = []
     for clock, i in (("CPU time", 1), ("wall", 0)):
         for mine, other, what, goal in (("rt", "ready", "int8 input ready", ">= 0.95"),
-                                        ("rt", "conv", "same input conversion", ">= 0.95"),
-                                        ("unfused", "ready", "int8 input ready", "(before)")):
+                                        ("rt", "conv", "same input conversion", "(for reference)"),
+                                        ("before", "ready", "int8 input ready", "(before)")):
             name = (f"{label}: runtime FPS / onnxruntime FPS ({what}, {clock})" if mine == "rt" else
-                    f"{label}:   same, Preprocess as its own step ({what}, {clock})")
+                    f"{label}:   same, one Transpose and the pieces one by one ({what}, {clock})")
             rows.append(ratio_row(name, got[mine][i], got[other][i], goal, lambda r: r >= 0.95))
-    return rows
+    us = {k: statistics.median(1e6 / v for v in got[k][1]) for k in ("rt", "ready", "sessions")}
+    layout, nodes = layout_us(local, x, max(20, frames // 2))
+    split = (f"{label}: CPU us per frame (median of rounds): onnxruntime {us['ready']:.0f}; runtime {us['rt']:.0f} = "
+             f"its onnxruntime runs {us['sessions']:.0f} + Python {us['rt'] - us['sessions']:.0f}; in those runs "
+             f"the input's layout change takes {layout:.0f} of {nodes:.0f} us of node time (onnxruntime's profiler, "
+             f"wall)")
+    return rows, split
+
+
+def onnxruntime_part(local, x):
+    """What a runtime frame spends in onnxruntime: its frame's onnxruntime steps, on tensors made once."""
+    from bpuemu.board.runtime.model import MergedStep, OrtStep
+
+    tensors = local._feed([x])
+    for step in local._frame_steps:
+        step.run(tensors)
+    runs = [s for s in local._frame_steps if isinstance(s, (OrtStep, MergedStep))]
+
+    def fn():
+        for step in runs:
+            step.run(tensors)
+    return fn
+
+
+def layout_us(local, x, frames):
+    """(us per frame of the input's layout-change nodes, us per frame of all nodes) in the runtime's first
+    onnxruntime session, by onnxruntime's profiler (a profiled copy of that session)."""
+    import json
+
+    import onnxruntime as ort
+
+    from bpuemu.board.runtime.merge import merge_pieces
+    from bpuemu.board.runtime.model import MergedStep, OrtStep
+    from bpuemu.host.compiler.fuse_preprocess import LAYOUT_SUFFIX
+
+    step = next(s for s in local._frame_steps if isinstance(s, (OrtStep, MergedStep)))
+    blob = merge_pieces([p.blob for p in step.steps], step.outputs) if isinstance(step, MergedStep) else step.blob
+    opts = session_options()
+    opts.enable_profiling = True
+    opts.profile_file_prefix = os.path.join(tempfile.mkdtemp(prefix="bpuemu-bench-prof-"), "p")
+    sess = ort.InferenceSession(blob, opts, providers=["CPUExecutionProvider"])
+    feed = {step.inputs[0]: x} if len(step.inputs) == 1 else None
+    if feed is None:
+        return float("nan"), float("nan")
+    for _ in range(frames):
+        sess.run(step.outputs, feed)
+    path = sess.end_profiling()
+    with open(path) as f:
+        events = [e for e in json.load(f) if e.get("cat") == "Node" and e["name"].endswith("_kernel_time")]
+    shutil.rmtree(os.path.dirname(path), ignore_errors=True)
+    layout = sum(e["dur"] for e in events if LAYOUT_SUFFIX in e["name"])
+    return layout / frames, sum(e["dur"] for e in events) / frames
 
 
 def spread(values) -> str:
@@ -144,25 +209,27 @@ def ratio_row(name, mine, other, goal, ok):
     return (name, f"{statistics.median(mine):.1f} / {statistics.median(other):.1f}", r, spread(ratios), goal, ok(r))
 
 
-def unfused_model(bin_path, quantized_path):
-    """The same model compiled with its Preprocess as a separate converting step (the format 1.0 plan).
-
-    The placement is the .bin's own (its steps' source nodes), so only the Preprocess differs.
-    """
+def before_model(bin_path, quantized_path):
+    """The same model as the runtime ran it before (issue 17): the input's layout change one Transpose in
+    the subgraph, the pieces run one by one. The placement is the .bin's own (its steps' source nodes)."""
     import onnx
 
     from bpuemu.board.runtime.model import LoadedModel
     from bpuemu.common.container import read_bin
+    from bpuemu.host.compiler import fuse_preprocess
     from bpuemu.host.compiler.partition import compile_model
 
     model = read_bin(bin_path).model()
     kind = model.plan[0].__class__
     bpu = [n for s in model.plan if s.kind == kind.BPU_SUBGRAPH for n in s.source_nodes]
     cpu = [n for s in model.plan if s.kind == kind.CPU_OP for n in s.source_nodes]
-    cm = compile_model(onnx.load(quantized_path), model.name, list(model.input_specs), force_cpu=cpu, force_bpu=bpu,
-                       fuse_preprocess_steps=False)
-    assert not any(s.fused_into_subgraph for s in cm.model.plan)
-    return LoadedModel(cm.model, cm.blobs)
+    rows, fuse_preprocess._ROW_PIXELS = fuse_preprocess._ROW_PIXELS, ()
+    try:
+        cm = compile_model(onnx.load(quantized_path), model.name, list(model.input_specs), force_cpu=cpu,
+                           force_bpu=bpu)
+    finally:
+        fuse_preprocess._ROW_PIXELS = rows
+    return LoadedModel(cm.model, cm.blobs, merge=False)
 
 
 def paddle_case(name, work, det_size):
@@ -371,6 +438,38 @@ def _autogroup() -> bool:
         return False
 
 
+def runtime_rows(args, work, model, qonnx, local, x):
+    """4: runtime vs plain onnxruntime on the equivalent quantized ONNX, same options: (rows, split lines)."""
+    import onnxruntime as ort
+
+    sess = ort.InferenceSession(qonnx, session_options(), providers=["CPUExecutionProvider"])
+    ready = np.ascontiguousarray((x ^ np.uint8(0x80)).view(np.int8).transpose(0, 3, 1, 2))
+    rows, split = ratio_rows(f"sample CNN {args.size}", local, before_model(model, qonnx), sess, "data", x, ready,
+                             args.frames, args.rounds)
+    splits = [split]
+    if args.paddle:
+        for name in ("cls", "det"):
+            bin_path, q_path, px, pready = paddle_case(name, work, args.det_size)
+            prt = Runtime()
+            prt.load(bin_path)
+            psess = ort.InferenceSession(q_path, session_options(), providers=["CPUExecutionProvider"])
+            pmodel = prt.model()
+            assert all(np.array_equal(a, b) for a, b in zip(pmodel.run([px]), psess.run(None, {"x": pready})))
+            frames = max(20, args.frames // (1 if name == "cls" else 10))
+            more, split = ratio_rows(f"PP-OCR {name} {'x'.join(map(str, px.shape[1:3]))}", pmodel,
+                                     before_model(bin_path, q_path), psess, "x", px, pready, frames, args.rounds)
+            rows += more
+            splits.append(split)
+    return rows, splits
+
+
+def print_rows(rows):
+    width = max(len(row[0]) for row in rows)
+    for name, raw, ratio, spread_, goal, ok in rows:
+        shown = goal if goal.startswith("(") else f"goal {goal:<28} {'met' if ok else 'NOT met'}"
+        print(f"{name:<{width}}  {raw:>22}  = {ratio:7.3f} {spread_:>15}   {shown}")
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--size", type=int, default=224)
@@ -378,6 +477,7 @@ def main():
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--paddle", action="store_true", help="also PaddleOCR cls and det (converted here; slower)")
     ap.add_argument("--det-size", type=int, default=320, help="PP-OCRv4 det input height and width (--paddle)")
+    ap.add_argument("--runtime-only", action="store_true", help="only 4, runtime vs onnxruntime (no daemon)")
     args = ap.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
 
@@ -390,6 +490,14 @@ def main():
     rt.load(model)
     local = rt.model()
     x = np.random.default_rng(0).integers(0, 256, (1, args.size, args.size, 3), dtype=np.uint8)
+    if args.runtime_only:
+        rows, splits = runtime_rows(args, work, model, qonnx, local, x)
+        load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+        print(f"runtime vs onnxruntime, {args.frames} frames x {args.rounds} rounds, {os.cpu_count()} cores, "
+              f"load average {load_start} at the start, {load} at the end")
+        print_rows(rows)
+        print("\n".join(splits))
+        return
 
     daemon, target = start_daemon(os.path.join(work, "store"), os.path.join(work, "hrt_boardd.log"))
     try:
@@ -466,24 +574,7 @@ def main():
         daemon.terminate()
         daemon.wait(timeout=30)
 
-    # 4: runtime vs plain onnxruntime on the equivalent quantized ONNX, same options.
-    import onnxruntime as ort
-
-    sess = ort.InferenceSession(qonnx, session_options(), providers=["CPUExecutionProvider"])
-    ready = np.ascontiguousarray((x ^ np.uint8(0x80)).view(np.int8).transpose(0, 3, 1, 2))
-    rt_rows = ratio_rows(f"sample CNN {args.size}", local, unfused_model(model, qonnx), sess, "data", x, ready,
-                         args.frames, args.rounds)
-    if args.paddle:
-        for name in ("cls", "det"):
-            bin_path, q_path, px, pready = paddle_case(name, work, args.det_size)
-            prt = Runtime()
-            prt.load(bin_path)
-            psess = ort.InferenceSession(q_path, session_options(), providers=["CPUExecutionProvider"])
-            pmodel = prt.model()
-            assert all(np.array_equal(a, b) for a, b in zip(pmodel.run([px]), psess.run(None, {"x": pready})))
-            frames = max(20, args.frames // (1 if name == "cls" else 10))
-            rt_rows += ratio_rows(f"PP-OCR {name} {'x'.join(map(str, px.shape[1:3]))}", pmodel,
-                                  unfused_model(bin_path, q_path), psess, "x", px, pready, frames, args.rounds)
+    rt_rows, splits = runtime_rows(args, work, model, qonnx, local, x)
 
     allowed = 2 * tcp + 0.2
     at_least = lambda goal: lambda r: r >= goal  # noqa: E731
@@ -511,10 +602,8 @@ def main():
     if _autogroup():
         print("kernel.sched_autogroup_enabled=1: this bench and its board share one session's part of the cores "
               "against the machine's other busy sessions (see the docstring, 5)")
-    width = max(len(row[0]) for row in rows)
-    for name, raw, ratio, spread_, goal, ok in rows:
-        shown = goal if goal.startswith("(") else f"goal {goal:<28} {'met' if ok else 'NOT met'}"
-        print(f"{name:<{width}}  {raw:>22}  = {ratio:7.3f} {spread_:>15}   {shown}")
+    print_rows(rows)
+    print("\n".join(splits))
     print("remote infer through the data channel, stage by stage on the client (median us): "
           + ", ".join(f"{k} {v:.0f}" for k, v in stages.items())
           + f"; wait - run = {stages['wait'] - stages['run']:.0f} (the wire both ways and the board's own work)")
