@@ -5,6 +5,7 @@ model gives); dumps and profiled frames still run the pieces one by one and see 
 """
 import numpy as np
 import onnx
+import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from bpuemu.board.runtime import Runtime
@@ -13,6 +14,7 @@ from bpuemu.board.runtime.model import LoadedModel, MergedStep, OrtStep
 from bpuemu.board.runtime.profiler import FrameTimes
 from bpuemu.board.runtime.sessions import session_from_bytes
 from bpuemu.common.container import read_bin
+from bpuemu.common.errors import InvalidInput
 from bpuemu.common.input_types import rt_shape
 from bpuemu.host import samples
 from helpers import models as M
@@ -128,3 +130,21 @@ def test_a_plan_whose_pieces_cannot_merge_runs_them_one_by_one(cpu_middle, monke
     x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
     want = M.reference_session(cpu_middle.qmodel).run(None, {"x": x})
     assert all(np.array_equal(g, w) for g, w in zip(merged.run([x]), want))
+
+
+def test_a_frame_of_input_checks_and_one_session_runs_without_the_tensor_table(tmp_path, rng):
+    path = tmp_path / "m.bin"
+    samples.sample_bin(str(path), "bgr", "NHWC", 32, 32)
+    binfile = read_bin(str(path))
+    model = LoadedModel(binfile.model(), binfile.blobs)
+    assert isinstance(model._direct, MergedStep)
+    one_by_one = LoadedModel(binfile.model(), binfile.blobs, merge=False)
+    assert one_by_one._direct is None                 # the Softmax after the subgraph: two steps
+    spec = binfile.model().input_specs[0]
+    x = rng.integers(0, 256, rt_shape(spec), dtype=np.uint8)
+    got, want = model.run([x]), one_by_one.run([x])
+    assert all(g.dtype == w.dtype and np.array_equal(g, w) for g, w in zip(got, want))
+    with pytest.raises(InvalidInput, match="must be uint8"):   # the input is still checked
+        model.run([x.astype(np.float32)])
+    with pytest.raises(InvalidInput, match="needs 3072 bytes"):
+        model.run([x[:, :16]])
