@@ -142,12 +142,15 @@ def ratio_rows(label, local, before, ort_session, feed_name, x, ready, frames, r
             name = (f"{label}: runtime FPS / onnxruntime FPS ({what}, {clock})" if mine == "rt" else
                     f"{label}:   same, one Transpose and the pieces one by one ({what}, {clock})")
             rows.append(ratio_row(name, got[mine][i], got[other][i], goal, lambda r: r >= 0.95))
-    us = {k: statistics.median(1e6 / v for v in got[k][1]) for k in ("rt", "ready", "sessions")}
+    us = {k: [1e6 / v for v in got[k][1]] for k in ("rt", "ready", "sessions")}
+    extra = [a - b for a, b in zip(us["rt"], us["ready"])]
+    python = [a - b for a, b in zip(us["rt"], us["sessions"])]
     layout, nodes = layout_us(local, x, max(20, frames // 2))
-    split = (f"{label}: CPU us per frame (median of rounds): onnxruntime {us['ready']:.0f}; runtime {us['rt']:.0f} = "
-             f"its onnxruntime runs {us['sessions']:.0f} + Python {us['rt'] - us['sessions']:.0f}; in those runs "
-             f"the input's layout change takes {layout:.0f} of {nodes:.0f} us of node time (onnxruntime's profiler, "
-             f"wall)")
+    split = (f"{label}: CPU us per frame (medians of rounds): onnxruntime {statistics.median(us['ready']):.0f}, "
+             f"runtime {statistics.median(us['rt']):.0f}: {statistics.median(extra):.0f} more [{min(extra):.0f} to {max(extra):.0f}], "
+             f"of which Python around its onnxruntime runs {statistics.median(python):.0f} [{min(python):.0f} to {max(python):.0f}]; "
+             f"in those runs the input's layout change takes {layout:.0f} of {nodes:.0f} us of node time "
+             f"(onnxruntime's profiler: wall, its own cost per node included)")
     return rows, split
 
 
