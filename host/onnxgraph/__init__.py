@@ -16,17 +16,21 @@ here, once, below all of them (the host's layer order is in
     (``open_session``): with the board runtime's session options (QDQ fusion
     off), so what the host computes is what the board computes, unless the
     caller says otherwise (``board_options=False``), and the feed a session
-    takes (``feed_for``).
+    takes (``feed_for``), the calibration samples spread over the host's cores
+    (``map_samples``, ``imap_samples``);
+``parts``: a model outputting many intermediate tensors run as consecutive
+    parts, one part's outputs in memory at a time (``Parts``).
 """
 from bpuemu.host.onnxgraph.index import DQ, Q, GraphIndex, attr
 from bpuemu.host.onnxgraph.model import (
     TensorInfo, constants_to_initializers, convert_opset, default_opset, graph_inputs, has_qdq, load_onnx, name_nodes,
     tensor_infos, value_infos, with_outputs,
 )
-from bpuemu.host.onnxgraph.session import feed_for, map_samples, open_session, sample_workers
+from bpuemu.host.onnxgraph.parts import Parts
+from bpuemu.host.onnxgraph.session import feed_for, imap_samples, map_samples, open_session, sample_workers
 
 __all__ = [
-    "DQ", "Q", "GraphIndex", "TensorInfo", "attr", "constants_to_initializers", "convert_opset", "default_opset",
-    "feed_for", "graph_inputs", "has_qdq", "load_onnx", "map_samples", "name_nodes", "open_session", "sample_workers",
+    "DQ", "Q", "GraphIndex", "Parts", "TensorInfo", "attr", "constants_to_initializers", "convert_opset", "default_opset",
+    "feed_for", "graph_inputs", "has_qdq", "imap_samples", "load_onnx", "map_samples", "name_nodes", "open_session", "sample_workers",
     "tensor_infos", "value_infos", "with_outputs",
 ]

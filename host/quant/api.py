@@ -23,7 +23,7 @@ from bpuemu.host.quant.calibrators import (
 )
 from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
 from bpuemu.host.onnxgraph import (
-    DQ, Q, GraphIndex, constants_to_initializers, convert_opset, default_opset, feed_for, graph_inputs, has_qdq,
+    DQ, Q, GraphIndex, Parts, constants_to_initializers, convert_opset, default_opset, feed_for, graph_inputs, has_qdq,
     name_nodes, open_session, sample_workers, tensor_infos, with_outputs,
 )
 from bpuemu.host.quant.graph import (
@@ -452,6 +452,23 @@ def fused_activations(float_model: onnx.ModelProto, quantized_model: onnx.ModelP
     return out
 
 
+def _parted(model: onnx.ModelProto, names: Sequence[str], infos):
+    """What runs ``model`` (which outputs ``names``): its parts (onnxgraph.Parts), or one session
+    when it is one part."""
+    parts = Parts(model, names, infos)
+    if len(parts) == 1:
+        return open_session(model, arena="shared")
+    return parts.open(lambda m: open_session(m, arena="shared"))
+
+
+def _part_values(runner, names: Sequence[str], sample: Sample):
+    """The values of ``names`` for one sample, as an iterator of ``{name: value}``: one per part."""
+    feed = feed_for(runner, sample)
+    if isinstance(runner, Parts):
+        return runner.iter_run(feed)
+    return iter([dict(zip(names, runner.run(names, feed)))])
+
+
 def similarity(
     float_model: onnx.ModelProto,
     quantized_model: onnx.ModelProto,
@@ -481,8 +498,8 @@ def similarity(
     q_infos = tensor_infos(quantized_model)
     f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
     q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
-    fs = open_session(with_outputs(fm, f_names, f_infos))
-    qs = open_session(with_outputs(quantized_model, q_names, q_infos))
+    fs = _parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
+    qs = _parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos)
     compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
 
     def node_cosines_of(fv, qv, keys) -> List[float]:
@@ -492,25 +509,44 @@ def similarity(
             out.append(cosine(fv[ft], qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])))
         return out
 
-    # One sample at a time, its float and quantized runs on two threads and then its node cosines
-    # split over them: the work of two sample workers, but one sample's outputs of both models in
-    # memory instead of two (on PP-OCRv4 det 640x640 each model's is 360 MB).
+    # One sample at a time, part by part (onnxgraph.Parts: the float and the quantized model each cut
+    # into pieces of about 64 MB of outputs): a part of each model on two threads, then the cosines of
+    # the pairs both have on two threads, then their tensors are dropped. On PP-OCRv4 det 640x640
+    # that holds a few parts' outputs instead of both models' every output (376 MB each).
     keys = list(compared)
-    halves = [keys[0::2], keys[1::2]]
     sums: Dict[tuple, float] = {k: 0.0 for k in compared}
     ref, got = [], []
+    keep = set(out_names)
     with ThreadPoolExecutor(2, thread_name_prefix="bpuemu-sample") if sample_workers() > 1 else nullcontext() as pool:
         for sample in samples:
-            if pool is not None:
-                f_run = pool.submit(fs.run, f_names, feed_for(fs, sample))
-                qv = dict(zip(q_names, qs.run(q_names, feed_for(qs, sample))))
-                fv = dict(zip(f_names, f_run.result()))
-                parts = list(pool.map(lambda part: node_cosines_of(fv, qv, part), halves))
-                node_cos = dict(zip(halves[0] + halves[1], parts[0] + parts[1]))
-            else:
-                fv = dict(zip(f_names, fs.run(f_names, feed_for(fs, sample))))
-                qv = dict(zip(q_names, qs.run(q_names, feed_for(qs, sample))))
-                node_cos = dict(zip(keys, node_cosines_of(fv, qv, keys)))
+            f_parts, q_parts = _part_values(fs, f_names, sample), _part_values(qs, q_names, sample)
+            fv: Dict[str, np.ndarray] = {}
+            qv: Dict[str, np.ndarray] = {}
+            left = keys
+            node_cos: Dict[tuple, float] = {}
+            while True:
+                if pool is not None:
+                    f_next = pool.submit(next, f_parts, None)
+                    q_part = next(q_parts, None)
+                    f_part = f_next.result()
+                else:
+                    f_part, q_part = next(f_parts, None), next(q_parts, None)
+                if f_part is None and q_part is None:
+                    break
+                fv.update(f_part or {})
+                qv.update(q_part or {})
+                ready = [k for k in left if k[0] in fv and k[1] in qv]
+                if pool is not None and len(ready) > 1:
+                    halves = [ready[0::2], ready[1::2]]
+                    parts = list(pool.map(lambda part: node_cosines_of(fv, qv, part), halves))
+                    node_cos.update(zip(halves[0] + halves[1], parts[0] + parts[1]))
+                else:
+                    node_cos.update(zip(ready, node_cosines_of(fv, qv, ready)))
+                done = set(ready)
+                left = [k for k in left if k not in done]
+                f_need, q_need = {k[0] for k in left} | keep, {k[1] for k in left} | keep
+                fv = {t: v for t, v in fv.items() if t in f_need}
+                qv = {t: v for t, v in qv.items() if t in q_need}
             for k in keys:                  # summed in sample order, as one loop would
                 sums[k] += node_cos[k]
             ref.append([fv[o] for o in out_names])

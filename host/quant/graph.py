@@ -242,4 +242,4 @@ def scored_tensors(model: onnx.ModelProto) -> List[str]:
 def scored_outputs(model: onnx.ModelProto, samples: Sequence[Mapping[str, np.ndarray]]) -> Tuple[List[str], List[List[np.ndarray]]]:
     """``scored_tensors(model)`` and their values on each sample."""
     names = scored_tensors(model)
-    return names, map_samples(open_session(with_outputs(model, names)), names, samples)
+    return names, map_samples(open_session(with_outputs(model, names), arena="shared"), names, samples)

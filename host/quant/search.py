@@ -80,7 +80,7 @@ class Evaluator:
     def session(self, model: onnx.ModelProto):
         """A session on ``model`` that outputs the tensors its outputs are scored at, and their names."""
         names = scored_tensors(model)
-        return open_session(with_outputs(model, names)), names
+        return open_session(with_outputs(model, names), arena="shared"), names
 
     def cosines(self, sess, names: Sequence[str], first: int, count: int) -> List[List[float]]:
         """Per sample first..first+count-1: the cosine of each scored output against the float model's.

@@ -172,3 +172,33 @@ def test_load_onnx_errors(tmp_path):
     good = tmp_path / "good.onnx"
     onnx.save(chain(), str(good))
     assert [n.op_type for n in load_onnx(str(good)).graph.node] == ["Relu", "Mul", "Add", "Sigmoid"]
+
+
+def test_parts_give_every_tensor_of_one_run_bit_identical_part_by_part():
+    """A model with every activation out, cut into parts (onnxgraph.Parts): each wanted tensor comes
+    once, in graph order, equal bit for bit to one whole run; the tensors a layout-sensitive node
+    (an average pool) reads never cross a cut; a carried tensor is freed after its last reader."""
+    from quant_models import zoo_model
+
+    from bpuemu.host.onnxgraph import Parts
+
+    m = zoo_model(size=32)
+    infos = tensor_infos(m)
+    names = [o for n in m.graph.node for o in n.output if infos[o].is_float]
+    whole = with_outputs(m, names, infos)
+    x = np.random.default_rng(3).standard_normal((1, 3, 32, 32)).astype(np.float32)
+    expected = dict(zip(names, open_session(whole).run(names, {"x": x})))
+    parts = Parts(whole, names, infos, budget=1).open(lambda p: open_session(p, arena="shared"))
+    assert len(parts) > 2
+    got = []
+    for values in parts.iter_run(feed_for(parts, {"x": x})):
+        got.extend(values.items())
+    assert [t for t, _ in got] == names                       # each once, in graph order
+    for t, v in got:
+        assert v.dtype == expected[t].dtype and np.array_equal(v, expected[t]), t
+    readers = {i: n.op_type for n in m.graph.node for i in n.input}
+    for p in parts.parts[1:]:
+        assert not [t for t in p.inputs if readers.get(t) in ("AveragePool", "GlobalAveragePool")], p.inputs
+    assert all(t in p.drop for p in parts.parts for t in p.inputs if t != "x" and p is max(
+        (q for q in parts.parts if t in q.inputs), key=parts.parts.index))
+    assert len(Parts(whole, names, infos, budget=1 << 40)) == 1   # within the budget: the whole model

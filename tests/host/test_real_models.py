@@ -144,3 +144,34 @@ def test_default_search_artifacts_equal_scoring_every_candidate_on_every_sample(
     assert_same_choice(lazy, full, 16)
     print(f"{name}: chose {lazy.method} (per_channel {lazy.per_channel}, asymmetric {lazy.asymmetric}); scored on "
           + ", ".join(f"{c.name} {c.samples}" for c in lazy.candidates))
+
+
+@pytest.mark.parametrize("name", ["sample", "cls", "det"])
+def test_models_run_in_parts_give_identical_artifacts(tmp_path, rapidocr_models, monkeypatch, name):
+    """The calibration statistics and the cosine table run the float and quantized models with every
+    activation out, cut into parts of at most PART_BYTES of outputs (bpuemu.host.onnxgraph.Parts) so
+    that a detector's activations are not all in memory at once: with parts of 64 KB (several parts
+    on each model) the five artifacts and the cosine table are byte-identical to one whole run's."""
+    from bpuemu.host.onnxgraph import parts
+
+    monkeypatch.setenv("BPUEMU_CALIBRATION_CACHE", "off")
+    cfg = _project(tmp_path, rapidocr_models, name)
+    files, cosines, counts = [], [], []
+    original = parts.Parts.__init__
+
+    def counting(self, *a, **k):
+        original(self, *a, **k)
+        counts[-1].append(len(self.parts))
+
+    monkeypatch.setattr(parts.Parts, "__init__", counting)
+    for budget in (1 << 40, 64 << 10):
+        monkeypatch.setattr(parts, "PART_BYTES", budget)
+        counts.append([])
+        art = makertbin_from_config(cfg)
+        paths = [art.original, art.optimized, art.calibrated, art.quantized, art.bin]
+        files.append([open(p, "rb").read() for p in paths])
+        cosines.append((art.cosines, art.output_cosines))
+    assert set(counts[0]) == {1} and min(counts[1]) > 2, counts
+    for p, a, b in zip(paths, *files):
+        assert a == b, f"{os.path.basename(p)} differs"
+    assert cosines[0] == cosines[1]
