@@ -102,6 +102,8 @@ def run_perf(
     config.validate()
     inputs = list(inputs) or random_rt_inputs(model.model.input_specs)
     profiler = Profiler() if config.profile else None
+    if profiler:
+        model.open_pieces()   # profiled frames run the plan's pieces one by one: their sessions open first
     job = _FrameScheduler(model, inputs, config, profiler)
     run_time_ms = job.run(progress, cancelled, progress_interval_s)
     report = _statistics(model.name, config, job.latencies, run_time_ms)

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bpuemu.board.runtime import Runtime
+from bpuemu.board.runtime import PerfConfig, Runtime, run_perf
 from bpuemu.board.runtime.merge import merge_pieces
 from bpuemu.board.runtime.model import LoadedModel, MergedStep, OrtStep
 from bpuemu.board.runtime.profiler import FrameTimes
@@ -148,3 +148,23 @@ def test_a_frame_of_input_checks_and_one_session_runs_without_the_tensor_table(t
         model.run([x.astype(np.float32)])
     with pytest.raises(InvalidInput, match="needs 3072 bytes"):
         model.run([x[:, :16]])
+
+
+def test_profiled_perf_and_dumps_open_the_pieces_before_their_clocks_start(cpu_middle, monkeypatch, rng):
+    monkeypatch.setattr(OrtStep, "_reopen", lambda *a: pytest.fail("a piece's session opened inside a frame"))
+    merged, _ = _models(cpu_middle.path)
+    assert merged._closed and all(p.session is None for p in merged._closed)
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    frame = merged.run
+
+    def timed_frame(*args, **kwargs):   # perf's latency clock runs around this call
+        assert all(p.session is not None for p in merged._closed), "a piece's session opened inside a frame"
+        return frame(*args, **kwargs)
+
+    merged.run = timed_frame
+    report = run_perf(merged, [x], PerfConfig(frame_count=3, profile=True))
+    assert "Softmax_mid" in report.profiler_csv and all(p.session is not None for p in merged._closed)
+    merged, _ = _models(cpu_middle.path)
+    merged.run([x], keep_intermediate=True)
+    merged, _ = _models(cpu_middle.path)
+    merged.run([x], times=FrameTimes())
