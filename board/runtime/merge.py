@@ -103,6 +103,7 @@ def merge_pieces(blobs: Sequence[bytes], outputs: Sequence[str]) -> Optional[byt
     constants: Dict[str, bytes] = {}     # initializer name -> its bytes (a repeated identical one is shared)
     declared: Dict[str, object] = {}     # tensor -> its ValueInfo (graph outputs)
     node_names: Set[str] = set()
+    described: Set[str] = set()          # tensors with a value_info already
     for index, m in enumerate(models):
         mg = m.graph
         inits = {t.name for t in mg.initializer}
@@ -149,7 +150,9 @@ def merge_pieces(blobs: Sequence[bytes], outputs: Sequence[str]) -> Optional[byt
             g.node.add().CopyFrom(n)
         for vi in mg.value_info:
             vi.name = rename.get(vi.name, vi.name)
-            g.value_info.add().CopyFrom(vi)
+            if vi.name not in described:
+                described.add(vi.name)
+                g.value_info.add().CopyFrom(vi)
         for vi in mg.output:
             linkable.add(vi.name)
             declared[vi.name] = vi
