@@ -81,6 +81,23 @@ Measured (2026-12-01, 2 cores shared with three other engineers; `--rounds 5`):
   a call on the client, 9 on the board); the rest is Python run cold after
   the frame's 1.2 ms of onnxruntime (the same code takes 3-10 us hot) and the
   two wake-ups, which on this loaded machine cost what the TCP row shows.
+- 4 after issue 17's runtime work, one quiet run (21:32 UTC, load 0.9 -> 1.0,
+  `--runtime-only --paddle --rounds 7`), runtime / onnxruntime with the int8
+  input ready, CPU time (wall the same to 0.005): sample CNN 224 0.983
+  [0.920-1.164], PP-OCR cls 1.068 [0.957-1.221], det 320 1.015 [0.925-1.116];
+  the runtime as before beside them: 0.913 [0.782-0.939], 0.993, 0.981.
+  Where the sample CNN's ~120 us over onnxruntime went before (CPU us a frame,
+  load 2): the input's layout change in the subgraph 40-85 (a Transpose
+  moving a 3-wide axis: onnxruntime copies it byte by byte, three strided
+  passes; 40 when hot), the Softmax's own onnxruntime run 20-40 (6.6 hot:
+  the frame's convolutions empty the caches), the Python around the runs
+  15-20 (3 hot). Now the layout change is two vector passes (25 + 13 us of
+  node time by onnxruntime's profiler, its own per-node cost included; its
+  Reshapes alias), the pieces run as one session, and a frame of input
+  checks and one session skips the tensor table: 25 us over onnxruntime in
+  the quiet run (median of the rounds' differences), Python 3, both inside
+  the rounds' spread of +-100-200 us on this shared VM. cls at or above 1 is
+  not explained (the same bits; within its spread).
 """
 import argparse
 import logging
