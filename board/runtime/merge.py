@@ -168,7 +168,7 @@ def chains(steps: Sequence, is_piece) -> List[List]:
     step alone."""
     runs: List[List] = []
     for step in steps:
-        if is_piece(step) and runs and len(runs[-1]) and is_piece(runs[-1][-1]):
+        if is_piece(step) and runs and is_piece(runs[-1][-1]):
             runs[-1].append(step)
         else:
             runs.append([step])
