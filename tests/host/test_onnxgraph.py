@@ -202,3 +202,45 @@ def test_parts_give_every_tensor_of_one_run_bit_identical_part_by_part():
     assert all(t in p.drop for p in parts.parts for t in p.inputs if t != "x" and p is max(
         (q for q in parts.parts if t in q.inputs), key=parts.parts.index))
     assert len(Parts(whole, names, infos, budget=1 << 40)) == 1   # within the budget: the whole model
+
+
+def test_imap_samples_yields_in_order_with_a_bounded_lookahead():
+    """Results come in sample order as they are ready, and the workers run at most 2 x workers
+    samples ahead of the caller: a caller adding results up never holds every sample's."""
+    import threading
+    import time
+
+    from bpuemu.host.onnxgraph import imap_samples
+
+    sess = open_session(chain())
+    samples = [{"x": np.full((1, 4), i, np.float32)} for i in range(12)]
+    done, lock = [], threading.Lock()
+
+    def fn(i, outs):
+        with lock:
+            done.append(i)
+        return i, float(outs[1][0, 0])
+
+    got = []
+    for i, c in imap_samples(sess, ["y", "c"], samples, fn, workers=2):
+        time.sleep(0.02)                     # a slow caller: the workers must wait for it
+        with lock:
+            ahead = len(done) - len(got)
+        got.append((i, c))
+        assert ahead <= 5, ahead           # the one handed over and 2 x workers in flight
+    assert got == [(i, i + 0.5) for i in range(12)]
+
+
+def test_sessions_choose_where_their_tensors_live():
+    """arena="session" (onnxruntime's own arena per session), "shared" (one arena for the sessions
+    that ask for it, onnxruntime's environment allocator), "none": the same values."""
+    from bpuemu.host.onnxgraph.session import shared_arena
+
+    x = np.linspace(-1, 1, 4, dtype=np.float32).reshape(1, 4)
+    own, shared, none = (open_session(chain(), arena=a) for a in ("session", "shared", "none"))
+    assert shared_arena()
+    assert shared.get_session_options().get_session_config_entry("session.use_env_allocators") == "1"
+    assert own.get_session_options().enable_cpu_mem_arena and not none.get_session_options().enable_cpu_mem_arena
+    expected = own.run(None, {"x": x})
+    for s in (shared, none):
+        assert all(np.array_equal(a, b) for a, b in zip(s.run(None, {"x": x}), expected))
