@@ -20,6 +20,7 @@ consecutive calls go to consecutive boards. That client uses gRPC only: the
 data channel is a connection to one board and cannot be balanced by gRPC.
 Every board must already hold the model (bpuemu.board.farm does that).
 """
+import ipaddress
 import os
 import platform
 import socket
@@ -88,16 +89,49 @@ class Deadlines:
     perf_frame_budget_s: float = 1.0  # per frame per thread, for frame-bound perf
 
 
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
+def _current_cpu() -> Optional[Callable[[], int]]:
+    """libc's sched_getcpu (the CPU the calling thread runs on), where there is one and threads can be placed."""
+    if not hasattr(os, "sched_setaffinity"):
+        return None
+    try:
+        import ctypes
+
+        getcpu = ctypes.CDLL(None).sched_getcpu
+        getcpu.argtypes, getcpu.restype = (), ctypes.c_int
+        return getcpu if getcpu() >= 0 else None
+    except (OSError, AttributeError):
+        return None
+
+
 class _DataChannel:
     """A connection to the board's infer data channel (see bpuemu.common.wire).
 
     A call is one sendmsg of the request (RequestFrames: the inputs from their own memory) and, usually,
     one recv of the whole reply (FrameReader), in the calling thread: no other thread is woken on the way.
+
+    A board on this machine (a loopback address): while a call waits for its reply, its thread is kept on the
+    CPU it sent the request from, and given its CPUs back once the reply is in. The board runs the frame on
+    that CPU too (hrt_boardd follows its client's CPU, bpuemu.board.daemon.datachannel), so on an idle
+    machine neither end wakes a core that went idle: in this project's 2-core VMs an idle core halts at once
+    and waking it again cost each infer about 0.15 ms (bench/board_perf.py shows how often the cores idled).
+    Only when no other data channel call of this process is under way: two calls kept on one CPU would wait
+    for each other.
     """
 
     CONNECT_TIMEOUT_S = 2.0
+    #: Data channel calls under way in this process, over all its clients.
+    _calls = 0
+    _calls_lock = threading.Lock()
+    _getcpu = _current_cpu()
 
-    def __init__(self, host: str, port: int, token: str, tls: Optional[TlsConfig] = None):
+    def __init__(self, host: str, port: int, token: str, tls: Optional[TlsConfig] = None, keep_cpu: bool = True):
         self.sock = socket.create_connection((host, port), timeout=self.CONNECT_TIMEOUT_S)
         try:
             self.sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
@@ -117,12 +151,17 @@ class _DataChannel:
             raise ConnectionRefusedError(payload.decode(errors="replace"))
         self.requests = RequestFrames()
         self.replies = ReplyParser()
+        self.keep_cpu = keep_cpu and self._getcpu is not None and _is_loopback(self.sock.getpeername()[0])
 
     def infer(self, args: tuple, timeout: float) -> tuple:
         """(InferResult, None) or (None, (status name, message)). ``args``: infer_request's arguments."""
         deadline = time.monotonic() + timeout
-        send_parts(self.sock, self.requests.parts(*args), deadline)
-        kind, payload = self.reader.frame(deadline)
+        parts = self.requests.parts(*args)
+        if self.keep_cpu:
+            kind, payload = self._on_this_cpu(parts, deadline)
+        else:
+            send_parts(self.sock, parts, deadline)
+            kind, payload = self.reader.frame(deadline)
         if kind == REPLY:
             try:
                 return self.replies.parse(payload, copy=len(payload) <= self.reader.keep_bytes), None
@@ -132,6 +171,29 @@ class _DataChannel:
             status, _, message = bytes(payload).decode(errors="replace").partition("\n")
             return None, (status, message)
         raise ConnectionError(f"unexpected frame kind {kind}")
+
+    def _on_this_cpu(self, parts: list, deadline: float) -> tuple:
+        """Send the request and read the reply's frame, the thread kept on its CPU meanwhile when this is the
+        only data channel call of the process under way."""
+        cls = _DataChannel
+        with cls._calls_lock:
+            cls._calls += 1
+            alone = cls._calls == 1
+        cpus = None
+        try:
+            if alone:
+                cpus = os.sched_getaffinity(0)
+                if len(cpus) > 1:
+                    os.sched_setaffinity(0, (cls._getcpu(),))
+                else:
+                    cpus = None
+            send_parts(self.sock, parts, deadline)
+            return self.reader.frame(deadline)
+        finally:
+            if cpus is not None:
+                os.sched_setaffinity(0, cpus)
+            with cls._calls_lock:
+                cls._calls -= 1
 
     def close(self) -> None:
         self.sock.close()
@@ -217,7 +279,8 @@ def round_robin_target(targets: Sequence[str]) -> str:
 
 class BoardClient:
     def __init__(self, target: str, token: Optional[str] = None, deadlines: Optional[Deadlines] = None,
-                 client_name: str = "bpuemu", data_channel: bool = True, tls: Optional[TlsConfig] = None):
+                 client_name: str = "bpuemu", data_channel: bool = True, tls: Optional[TlsConfig] = None,
+                 keep_cpu: bool = True):
         targets = [t.strip() for t in target.split(",") if t.strip()] if "," in target else [target]
         if not targets:
             raise NotFound(f"bad board address '{target}'", hint="use HOST:PORT, e.g. 127.0.0.1:9473")
@@ -249,6 +312,7 @@ class BoardClient:
         self._use_data = data_channel and not os.environ.get("BPUEMU_NO_DATA_CHANNEL")
         self._data: Optional[_DataChannel] = None
         self._data_lock = threading.Lock()
+        self._keep_cpu = keep_cpu  # a data channel call to a board on this machine waits on its CPU (_DataChannel)
 
     # -- plumbing ----------------------------------------------------------
     def _call(self, what: str, method, request, timeout: float):
@@ -347,7 +411,8 @@ class BoardClient:
         try:
             if self._data is None:
                 try:
-                    self._data = _DataChannel(self._host, self.info.data_port, self._token, self.tls)
+                    self._data = _DataChannel(self._host, self.info.data_port, self._token, self.tls,
+                                              self._keep_cpu)
                 except (OSError, ValueError):
                     self._use_data = False  # firewalled, forwarded, or refused: gRPC from now on
                     return None

@@ -42,6 +42,10 @@ from bpuemu.board.security import ServerTls, read_token_file
 @click.option("--data-channel/--no-data-channel", default=True, show_default=True,
               help="Also serve infer on a TCP port of its own, TLS when gRPC is (lower latency than gRPC; "
                    "clients fall back when unreachable).")
+@click.option("--follow-client-cpu/--no-follow-client-cpu", default=True, show_default=True,
+              help="Run a data channel call from a client on this machine on the CPU its request came from, when "
+                   "it is the only connection and nothing else runs (the client waits on that CPU): on an idle "
+                   "machine neither end then wakes an idle core.")
 @click.option("--call-deadline", default=60.0, show_default=True, type=click.FloatRange(1),
               help="Seconds a caller has to send a request (an upload, an infer on the data channel) and to take "
                    "its reply, plus one second per MiB; past it the call ends (DEADLINE_EXCEEDED) and its "
@@ -57,8 +61,8 @@ from bpuemu.board.security import ServerTls, read_token_file
                    "throughput; host: as fast as this machine runs.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, max_jobs, max_uploads,
-        max_data_connections, max_frame_count, max_perf_time, data_channel, call_deadline, metrics_listen, port_file,
-        timing, log_level):
+        max_data_connections, max_frame_count, max_perf_time, data_channel, follow_client_cpu, call_deadline,
+        metrics_listen, port_file, timing, log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
     from bpuemu.board.daemon.memory import limit_arenas
 
@@ -78,7 +82,8 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
                     max_perf_time_minutes=max_perf_time, call_deadline_s=call_deadline)
     tls = ServerTls(tls_cert, tls_key, tls_ca) if tls_cert else None
     server = BoardServer(listen, model_dir, limits, token=read_token_file(token_file) or None,
-                         data_channel=data_channel, tls=tls, metrics_listen=metrics_listen).start()
+                         data_channel=data_channel, tls=tls, metrics_listen=metrics_listen,
+                         follow_client_cpu=follow_client_cpu).start()
     if port_file:  # whole or not there: a script polling for it never reads half a port number
         from bpuemu.common.atomic import write_file_atomic
 

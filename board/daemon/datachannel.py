@@ -23,6 +23,16 @@ Security. The channel follows the daemon's gRPC transport:
 - At most ``Limits.max_data_connections`` connections are open at once; one
   more gets a RESOURCE_EXHAUSTED ERROR frame and is closed.
 
+The client's CPU. A client on this machine (a loopback peer) calling alone
+keeps its thread on one CPU while it waits (bpuemu.board.client); the
+connection's thread runs the frame on the CPU the request came from
+(SO_INCOMING_CPU), when it is the board's only data channel connection and no
+other job runs, and on all the daemon's CPUs otherwise. So each end wakes the
+other on a CPU that is busy with the call, never one that went idle: on an idle
+machine waking an idle core is slow (in this project's VMs it halts at once:
+cpuidle haltpoll with guest_halt_poll_ns=0). ``hrt_boardd
+--no-follow-client-cpu`` turns it off.
+
 A client that goes away mid-call (closed, reset, killed) stops its infer
 between two frames, as a cancelled gRPC Infer does: a long frame_count does
 not hold a job slot for a caller that is gone.
@@ -38,7 +48,9 @@ is closed; the infer itself is bounded by --max-frame-count and stops when the
 client goes.
 """
 import hmac
+import ipaddress
 import logging
+import os
 import select
 import socket
 import socketserver
@@ -64,6 +76,8 @@ HELLO_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 600.0
 #: Requests up to this size are read into one buffer the connection keeps (no allocation per call).
 REUSED_BUFFER_BYTES = 16 << 20
+#: getsockopt(SOL_SOCKET, SO_INCOMING_CPU): the CPU that received the socket's last packet (Linux >= 3.19).
+SO_INCOMING_CPU = getattr(socket, "SO_INCOMING_CPU", 49)
 
 
 def _peer_connected(sock) -> bool:
@@ -86,6 +100,13 @@ def _peer_connected(sock) -> bool:
         return False
 
 
+def _is_loopback(address: str) -> bool:
+    try:
+        return ipaddress.ip_address(address.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
+
+
 class _Handler(socketserver.BaseRequestHandler):
     server: "DataChannelServer"
 
@@ -93,14 +114,19 @@ class _Handler(socketserver.BaseRequestHandler):
         sock = self.request
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.server.hello_timeout_s)  # the TLS handshake's (and a refusal's) deadline, in all
-        if not self.server.connections.acquire(blocking=False):
+        server = self.server
+        if not server.connections.acquire(blocking=False):
             self._refuse(sock, b"RESOURCE_EXHAUSTED\nboard is busy: %d data channel connections already open"
-                         % self.server.state.limits.max_data_connections)
+                         % server.state.limits.max_data_connections)
             return
+        with server.count_lock:
+            server.open_connections += 1
         try:
             self._serve(sock)
         finally:
-            self.server.connections.release()
+            with server.count_lock:
+                server.open_connections -= 1
+            server.connections.release()
 
     def _refuse(self, sock, message: bytes) -> None:
         try:
@@ -127,9 +153,13 @@ class _Handler(socketserver.BaseRequestHandler):
             send_all(sock, pack_frame(HELLO_OK), deadline)
             requests, replies = RequestParser(), ReplyFrames()  # this connection's stream of calls
             limits = server.state.limits
+            follow = server.cpus is not None and _is_loopback(self.client_address[0])
+            on_cpu = None  # the one CPU this thread runs on, while it follows its client's
             while True:
                 kind, length = reader.header(time.monotonic() + server.idle_timeout_s)
                 call_started = time.perf_counter()
+                if follow:
+                    on_cpu = server.place(sock, on_cpu)
                 if length > MAX_MESSAGE_BYTES:
                     raise ValueError(f"bad frame header ({length} bytes)")
                 if kind != INFER:
@@ -186,7 +216,7 @@ class DataChannelServer(socketserver.ThreadingTCPServer):
 
     def __init__(self, host: str, state: BoardState, token: Optional[str], idle_timeout_s: float = IDLE_TIMEOUT_S,
                  ssl_context: Optional[ssl.SSLContext] = None, hello_timeout_s: float = HELLO_TIMEOUT_S,
-                 metrics=None):
+                 metrics=None, follow_client_cpu: bool = True):
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, 0), _Handler)
         self.state = state
@@ -196,11 +226,35 @@ class DataChannelServer(socketserver.ThreadingTCPServer):
         self.metrics = metrics  # a bpuemu.board.daemon.metrics.Metrics, or None
         self.ssl_context = ssl_context
         self.connections = threading.BoundedSemaphore(state.limits.max_data_connections)
+        self.open_connections = 0  # past the limit's check
+        self.count_lock = threading.Lock()
+        # The daemon's CPUs, when a connection's thread may be placed on its client's (None: never).
+        cpus = os.sched_getaffinity(0) if follow_client_cpu and hasattr(os, "sched_setaffinity") else None
+        self.cpus = cpus if cpus and len(cpus) > 1 else None
         self._thread: Optional[threading.Thread] = None
 
     @property
     def port(self) -> int:
         return self.server_address[1]
+
+    def place(self, sock, on_cpu: Optional[int]) -> Optional[int]:
+        """Run the calling connection thread on the CPU its client's request came from, when it is the only
+        connection and no other job runs; on all the daemon's CPUs otherwise. ``on_cpu``: the one CPU it runs
+        on now (None: all of them); returns the same after."""
+        cpu = None
+        if self.open_connections == 1 and not self.state.slots_taken:
+            try:
+                cpu = sock.getsockopt(socket.SOL_SOCKET, SO_INCOMING_CPU)
+            except OSError:  # not on this system
+                cpu = None
+            if cpu not in self.cpus:  # -1 (not known yet), or a CPU the daemon may not use
+                cpu = None
+        if cpu != on_cpu:
+            try:
+                os.sched_setaffinity(0, self.cpus if cpu is None else (cpu,))
+            except OSError:  # the CPU went offline: stay as it was
+                return on_cpu
+        return cpu
 
     def count_call(self, code: str, started: float) -> None:
         if self.metrics is not None:

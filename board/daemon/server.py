@@ -63,6 +63,7 @@ class BoardServer:
         data_channel: bool = True,
         tls: Optional[ServerTls] = None,
         metrics_listen: str = "",
+        follow_client_cpu: bool = True,
     ):
         try:
             host, port = split_target(listen)
@@ -102,7 +103,8 @@ class BoardServer:
             options=CHANNEL_OPTIONS + [("grpc.so_reuseport", 0)],
         )
         self._data = DataChannelServer(host, self.state, token, ssl_context=tls.ssl_context() if tls else None,
-                                       metrics=self.metrics) if data_channel else None
+                                       metrics=self.metrics, follow_client_cpu=follow_client_cpu) \
+            if data_channel else None
         board_pb2_grpc.add_BoardServicer_to_server(BoardService(self.state, self._data.port if self._data else 0), self._server)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)

@@ -215,6 +215,12 @@ class BoardState:
                 table[what] -= 1
 
     @property
+    def slots_taken(self) -> int:
+        """Job slots in use now, read without the lock: a snapshot for a heuristic (the data channel's placing
+        of its threads)."""
+        return self._slots_taken
+
+    @property
     def jobs_running(self) -> int:
         with self._lock:
             return sum(self._running.values())

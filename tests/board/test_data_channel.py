@@ -1,5 +1,8 @@
 """The infer data channel: same results and errors as gRPC Infer, token-checked, with fallback."""
+import os
 import socket
+import threading
+import time
 
 import numpy as np
 import pytest
@@ -122,3 +125,108 @@ def test_no_data_channel_flag(start_daemon):
     d = start_daemon("--no-data-channel")
     with d.client() as c:
         assert c.info.data_port == 0
+
+
+def _allowed_cpus(pid: int, tid: int) -> str:
+    """The CPUs thread ``tid`` of process ``pid`` may run on, as the kernel lists them (e.g. "0-1", "1")."""
+    with open(f"/proc/{pid}/task/{tid}/status") as f:
+        return next(line.split(":")[1].strip() for line in f if line.startswith("Cpus_allowed_list:"))
+
+
+def _threads_on_one_cpu(pid: int) -> set:
+    """The single CPUs that threads of process ``pid`` are kept on now."""
+    found = set()
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            cpus = _allowed_cpus(pid, int(tid))
+        except (OSError, StopIteration):  # the thread ended meanwhile
+            continue
+        if cpus.isdigit():
+            found.add(cpus)
+    return found
+
+
+def _watch_call(call, board_pid: int) -> tuple:
+    """Run ``call`` in a thread: (the CPU lists that thread had while it ran, the single CPUs the board's threads
+    were kept on once it was over, the thread's CPUs after the call). The board places a connection's thread
+    when a request comes: until then it stays where the last call left it."""
+    tid, after = [], []
+
+    def run():
+        tid.append(threading.get_native_id())
+        call()
+        after.append(os.sched_getaffinity(0))
+
+    t = threading.Thread(target=run)
+    t.start()
+    mine = set()
+    while t.is_alive():
+        if tid:
+            try:
+                mine.add(_allowed_cpus(os.getpid(), tid[0]))
+            except (OSError, StopIteration):  # the thread ended between the check and the read
+                pass
+        time.sleep(0.002)
+    t.join()
+    return mine, _threads_on_one_cpu(board_pid), after[0]
+
+
+LONG_CALL = 3000  # frames of the sample model: a call long enough to watch (~0.2-0.5 s)
+needs_two_cpus = pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="keeping a call on one CPU needs two")
+
+
+@needs_two_cpus
+def test_a_lone_call_to_a_board_on_this_machine_runs_on_one_cpu_at_both_ends(start_daemon, rgb_model):
+    """The client's thread waits on the CPU it sent from, the board runs the call on that CPU, and the client's
+    thread has its CPUs back after; BoardClient(keep_cpu=False) and hrt_boardd --no-follow-client-cpu opt out."""
+    everywhere = os.sched_getaffinity(0)
+    listed = _allowed_cpus(os.getpid(), threading.get_native_id())
+    for flags, keep_cpu in (((), True), ((), False), (("--no-follow-client-cpu",), True)):
+        d = start_daemon(*flags)
+        with d.client(keep_cpu=keep_cpu) as c:
+            sha = c.ensure_model(rgb_model.path)
+            c.load(sha)
+            c.infer(sha, "", [rgb_model.x])
+            assert c._data is not None and c._data.keep_cpu is keep_cpu
+            mine, board, after = _watch_call(lambda: c.infer(sha, "", [rgb_model.x], frame_count=LONG_CALL),
+                                             d.proc.pid)
+        kept = {s for s in mine if s.isdigit()}
+        assert after == everywhere, "the caller's CPUs are its own again after the call"
+        if not keep_cpu:
+            assert mine == {listed}, f"keep_cpu=False: the waiting thread was allowed {mine}"
+            continue
+        assert len(kept) == 1 and mine <= kept | {listed}, f"the waiting thread was allowed {mine}"
+        if flags:
+            assert not board, f"--no-follow-client-cpu: board threads kept on CPU {board}"
+        else:
+            assert board == kept, f"the client waited on CPU {kept}; the board's threads were kept on {board}"
+
+
+@needs_two_cpus
+def test_calls_beside_other_calls_or_connections_run_anywhere(start_daemon, rgb_model):
+    """Two calls under way in one process: neither is kept on a CPU. Two data channel connections open on the
+    board: it runs neither's calls on one CPU."""
+    d = start_daemon()
+    listed = _allowed_cpus(os.getpid(), threading.get_native_id())
+    with d.client() as first, d.client() as second:
+        sha = first.ensure_model(rgb_model.path)
+        first.load(sha)
+        for c in (first, second):
+            c.infer(sha, "", [rgb_model.x])
+        started = threading.Event()
+        first_seen = []
+
+        def first_call():
+            started.set()
+            first_seen.append(_watch_call(lambda: first.infer(sha, "", [rgb_model.x], frame_count=4 * LONG_CALL),
+                                          d.proc.pid))
+
+        t = threading.Thread(target=first_call)
+        t.start()
+        started.wait()
+        time.sleep(0.05)  # the first call is under way (kept on its CPU: it was alone in this process)
+        mine, board, _ = _watch_call(lambda: second.infer(sha, "", [rgb_model.x], frame_count=LONG_CALL), d.proc.pid)
+        t.join()
+    assert mine == {listed}, f"the second call's thread was allowed {mine} while the first call was under way"
+    assert any(s.isdigit() for s in first_seen[0][0]), "the first call, alone when it started, was not kept"
+    assert not board and not first_seen[0][1], f"the board, with two connections, kept threads on {board}"
