@@ -121,13 +121,17 @@ class _DataChannel:
     that CPU too (hrt_boardd follows its client's CPU, bpuemu.board.daemon.datachannel), so on an idle
     machine neither end wakes a core that went idle: in this project's 2-core VMs an idle core halts at once
     and waking it again cost each infer about 0.15 ms (bench/board_perf.py shows how often the cores idled).
-    Only when no other data channel call of this process is under way: two calls kept on one CPU would wait
-    for each other.
+    Only while no two data channel calls of this process have been under way together for a second: two
+    calls kept on one CPU would wait for each other.
     """
 
     CONNECT_TIMEOUT_S = 2.0
-    #: Data channel calls under way in this process, over all its clients.
+    #: Seconds after two calls of this process were last under way together during which none is kept on its
+    #: CPU (threads that call side by side, even when one of them is between two calls).
+    TOGETHER_S = 1.0
+    #: Data channel calls under way in this process, over all its clients, and when two last were.
     _calls = 0
+    _together_at = -TOGETHER_S
     _calls_lock = threading.Lock()
     _getcpu = _current_cpu()
 
@@ -173,12 +177,15 @@ class _DataChannel:
         raise ConnectionError(f"unexpected frame kind {kind}")
 
     def _on_this_cpu(self, parts: list, deadline: float) -> tuple:
-        """Send the request and read the reply's frame, the thread kept on its CPU meanwhile when this is the
-        only data channel call of the process under way."""
+        """Send the request and read the reply's frame, the thread kept on its CPU meanwhile when no other data
+        channel call of the process has been under way beside one for TOGETHER_S."""
         cls = _DataChannel
+        now = time.monotonic()
         with cls._calls_lock:
             cls._calls += 1
-            alone = cls._calls == 1
+            if cls._calls > 1:
+                cls._together_at = now
+            alone = now - cls._together_at > cls.TOGETHER_S
         cpus = None
         try:
             if alone:
@@ -193,6 +200,8 @@ class _DataChannel:
             if cpus is not None:
                 os.sched_setaffinity(0, cpus)
             with cls._calls_lock:
+                if cls._calls > 1:
+                    cls._together_at = time.monotonic()
                 cls._calls -= 1
 
     def close(self) -> None:

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from bpuemu.board.backends import LocalBackend
-from bpuemu.board.client import BoardClient
+from bpuemu.board.client import BoardClient, _DataChannel
 from bpuemu.common.errors import BoardUnavailable, InvalidInput, NotFound, Unauthenticated
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, INFER, REPLY, pack_frame, read_frame
@@ -203,9 +203,11 @@ def test_a_lone_call_to_a_board_on_this_machine_runs_on_one_cpu_at_both_ends(sta
 
 
 @needs_two_cpus
-def test_calls_beside_other_calls_or_connections_run_anywhere(start_daemon, rgb_model):
-    """Two calls under way in one process: neither is kept on a CPU. Two data channel connections open on the
-    board: it runs neither's calls on one CPU."""
+def test_calls_beside_other_calls_or_connections_run_anywhere(start_daemon, rgb_model, monkeypatch):
+    """Two calls under way in one process: neither is kept on a CPU, nor is the next call soon after (threads
+    that call side by side). Two data channel connections open on the board: it runs neither's calls on one
+    CPU."""
+    monkeypatch.setattr(_DataChannel, "TOGETHER_S", 60.0)  # "soon after": however slow this machine is today
     d = start_daemon()
     listed = _allowed_cpus(os.getpid(), threading.get_native_id())
     with d.client() as first, d.client() as second:
@@ -227,6 +229,8 @@ def test_calls_beside_other_calls_or_connections_run_anywhere(start_daemon, rgb_
         time.sleep(0.05)  # the first call is under way (kept on its CPU: it was alone in this process)
         mine, board, _ = _watch_call(lambda: second.infer(sha, "", [rgb_model.x], frame_count=LONG_CALL), d.proc.pid)
         t.join()
+        then, _, _ = _watch_call(lambda: first.infer(sha, "", [rgb_model.x], frame_count=LONG_CALL), d.proc.pid)
+    assert then == {listed}, f"a call soon after two calls were under way together was allowed {then}"
     assert mine == {listed}, f"the second call's thread was allowed {mine} while the first call was under way"
     assert any(s.isdigit() for s in first_seen[0][0]), "the first call, alone when it started, was not kept"
     assert not board and not first_seen[0][1], f"the board, with two connections, kept threads on {board}"
