@@ -93,6 +93,9 @@ Measured (2026-12-01, 2 cores shared with three other engineers; `--rounds 5`):
   input ready, CPU time (wall the same to 0.005): sample CNN 224 0.983
   [0.920-1.164], PP-OCR cls 1.068 [0.957-1.221], det 320 1.015 [0.925-1.116];
   the runtime as before beside them: 0.913 [0.782-0.939], 0.993, 0.981.
+  The same command again (22:03, load 0.5 -> 0.9): 0.993 [0.899-1.210],
+  1.051 [0.831-1.216], 0.965 [0.791-1.105]; before 0.906, 1.044, 0.990: a
+  median moves by 0.01-0.05 from run to run (det: 30 frames of 40 ms a round).
   Where the sample CNN's ~120 us over onnxruntime went before (CPU us a frame,
   load 2): the input's layout change in the subgraph 40-85 (a Transpose
   moving a 3-wide axis: onnxruntime copies it byte by byte, three strided
