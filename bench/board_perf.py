@@ -88,6 +88,42 @@ Measured (2026-12-01, 2 cores shared with three other engineers; `--rounds 5`):
   a call on the client, 9 on the board); the rest is Python run cold after
   the frame's 1.2 ms of onnxruntime (the same code takes 3-10 us hot) and the
   two wake-ups, which on this loaded machine cost what the TCP row shows.
+- 2 and 5 in issue 17's serving work (three consecutive runs, `--rounds 5`,
+  22:04:55-22:07:21 UTC, load 0.8 -> 1.6, nothing else timed; main 3ac1e24):
+  data channel over local 0.528 [0.359-0.737], 0.305 [0.226-0.371], 0.321
+  [-0.032-0.344] ms against goals of 0.254, 0.239, 0.241 (met in 0, 1, 1 of 5
+  rounds); beside it, each end on any CPU (as before): 0.705, 0.608, 0.468 ms;
+  the cores went idle 0.19, 0.34, 0.28 times per infer against 1.50, 2.57,
+  2.50; CPU per infer over a local frame's 0.558, 0.317, 0.244 ms against
+  0.676, 0.606, 0.458. TCP to a busy server (no Python at all, each end on any
+  CPU) 0.247, 0.189, 0.161 ms: on this idle VM the two wake-ups alone come to
+  the goal. Two clients: 0.764 [0.686-0.834], 0.761 [0.694-0.863], 0.760
+  [0.700-0.820] wall; per CPU second 0.777, 0.770, 0.767; per board CPU
+  second 0.859, 0.851, 0.850 (so of the 0.37 ms of CPU a remote frame costs
+  over a local one, about 0.2 is the board's and 0.17 the client's, on the
+  same two cores).
+- Where the idle machine's time went before: this VM's cpuidle driver is
+  haltpoll with guest_halt_poll_ns=0, so a core that idles halts at once and
+  waking it is a trip through the hypervisor. A blocking call has each end
+  idle while the other works (2.5 idle entries per infer on an idle machine,
+  none on a busy one). Traced at load ~1 (median us, two runs): the board's
+  sendmsg of the reply took 150-236 while it woke the client's core, the
+  client had the reply 41-72 after it began; the board saw the request 44-92
+  after the client's send ended. Both ends on one CPU (the client's thread kept where it sent
+  from, the board's on the request's SO_INCOMING_CPU), paired rounds of one
+  run (50 rounds, 21:39, load 2): idle rounds 0.509 -> 0.387 ms, idle entries
+  2.54 -> 0.19 per infer; busy rounds 0.289 -> 0.302.
+- Tried and dropped, measured side by side: the client polling for its reply
+  (sleeping until 75-100 us before the time the last calls' replies came,
+  then polling at most 200 us) saw 0-2 % of replies come while it polled
+  (they came up to +-200 us around that time; a timed sleep overshot by
+  ~115 us) and under load doubled the latency (0.54 vs 0.25 ms: the polling
+  thread took the core the board needed); the board polling at most 200 us
+  for the next request changed nothing (0.382 vs 0.384, 0.260 vs 0.247 ms;
+  with a small model 18 of 24 waits found the next request already there
+  when the board's sendmsg of the reply returned); the client alone kept on
+  its CPU, without the board following, did not help (0.360 vs 0.329 ms over
+  40 rounds).
 - 4 after issue 17's runtime work, one quiet run (21:32 UTC, load 0.9 -> 1.0,
   `--runtime-only --paddle --rounds 7`), runtime / onnxruntime with the int8
   input ready, CPU time (wall the same to 0.005): sample CNN 224 0.983
