@@ -20,7 +20,6 @@ consecutive calls go to consecutive boards. That client uses gRPC only: the
 data channel is a connection to one board and cannot be balanced by gRPC.
 Every board must already hold the model (bpuemu.board.farm does that).
 """
-import ipaddress
 import os
 import platform
 import socket
@@ -57,6 +56,7 @@ from bpuemu.common.wire import (
     REPLY,
     TOKEN_METADATA_KEY,
     UPLOAD_CHUNK_BYTES,
+    is_loopback_address,
     join_target,
     pack_frame,
     send_parts,
@@ -87,13 +87,6 @@ class Deadlines:
     upload_bytes_per_s: float = 20e6
     perf_margin: float = 120.0
     perf_frame_budget_s: float = 1.0  # per frame per thread, for frame-bound perf
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.partition("%")[0]).is_loopback
-    except ValueError:
-        return False
 
 
 def _current_cpu() -> Optional[Callable[[], int]]:
@@ -155,7 +148,7 @@ class _DataChannel:
             raise ConnectionRefusedError(payload.decode(errors="replace"))
         self.requests = RequestFrames()
         self.replies = ReplyParser()
-        self.keep_cpu = keep_cpu and self._getcpu is not None and _is_loopback(self.sock.getpeername()[0])
+        self.keep_cpu = keep_cpu and self._getcpu is not None and is_loopback_address(self.sock.getpeername()[0])
 
     def infer(self, args: tuple, timeout: float) -> tuple:
         """(InferResult, None) or (None, (status name, message)). ``args``: infer_request's arguments."""

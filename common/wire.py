@@ -2,6 +2,7 @@
 
 The messages themselves are defined in proto/bpuemu/board/v1/board.proto.
 """
+import ipaddress
 import socket
 import ssl
 import time
@@ -50,6 +51,14 @@ def split_target(target: str, default_port: int = DEFAULT_PORT) -> tuple:
 
 def join_target(host: str, port: int) -> str:
     return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
+
+
+def is_loopback_address(address: str) -> bool:
+    """Whether an IP address (a socket's peer, "127.0.0.1", "::1", "fe80::1%lo") is a loopback one."""
+    try:
+        return ipaddress.ip_address(address.partition("%")[0]).is_loopback
+    except ValueError:
+        return False
 
 
 # --- the infer data channel ----------------------------------------------

@@ -48,7 +48,6 @@ is closed; the infer itself is bounded by --max-frame-count and stops when the
 client goes.
 """
 import hmac
-import ipaddress
 import logging
 import os
 import select
@@ -63,7 +62,8 @@ from google.protobuf.message import DecodeError
 
 from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.wire import (
-    ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, FrameReader, pack_frame, send_all, send_parts,
+    ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, FrameReader, is_loopback_address, pack_frame, send_all,
+    send_parts,
 )
 from bpuemu.board.messages import ReplyFrames, RequestParser
 from bpuemu.board.daemon.state import BoardState
@@ -97,13 +97,6 @@ def _peer_connected(sock) -> bool:
     except BlockingIOError:
         return True
     except OSError:
-        return False
-
-
-def _is_loopback(address: str) -> bool:
-    try:
-        return ipaddress.ip_address(address.partition("%")[0]).is_loopback
-    except ValueError:
         return False
 
 
@@ -153,7 +146,7 @@ class _Handler(socketserver.BaseRequestHandler):
             send_all(sock, pack_frame(HELLO_OK), deadline)
             requests, replies = RequestParser(), ReplyFrames()  # this connection's stream of calls
             limits = server.state.limits
-            follow = server.cpus is not None and _is_loopback(self.client_address[0])
+            follow = server.cpus is not None and is_loopback_address(self.client_address[0])
             on_cpu = None  # the one CPU this thread runs on, while it follows its client's
             while True:
                 kind, length = reader.header(time.monotonic() + server.idle_timeout_s)
