@@ -91,7 +91,14 @@ sampled every 3 ms, det 640 x 20, outside the bench): before, the range pass pea
 histogram pass at 1293, the cosine table at 1325 (each sample worker holding a run's 376 MB, the
 histogram pass every sample's 3 MB of summaries until the last); now 577 / 587 / 749 MB, the whole
 conversion 753 MB, and 25 % less CPU on det 640 x 20 (47 against 63 s, the search's sessions reuse
-the shared arena's pages instead of faulting in new ones).
+the shared arena's pages instead of faulting in new ones). The quietest run of this session,
+``--models det --det-size 640 --samples 100 --rounds 2 --timing-only --sides
+default,default-rerun,MinMax`` at 22:10-22:17 UTC (load 0.8 at the start, nothing else timed):
+default 71.9 / 73.6 s (median 72.8), default-rerun 15.8 / 14.1 s (15.0), MinMax 31.9 / 31.4 s
+(31.7): 2.30 and 0.47 (the rerun was 0.56); peak 1470 / 1453 / 2107 MB; floor 35.2 s = 1.11x. The
+first conversion's wall did not move measurably: the statistics passes cost the same with parts as
+whole (det 640 x 20, 4 alternating rounds, one process: 10.3 s wall / 17.1 CPU s in 64 MB parts in the
+shared arena, 10.2 / 16.5 whole in the session's own arena), and they are most of it.
 
 The exact statistics' floor, measured in the same run (``statistics_floor``: the plan's float model
 with every calibrated tensor out, one thread, 8 samples): run 0.155 s, ranges 0.064 s, histogram
