@@ -34,13 +34,19 @@ def run_frames(model: LoadedModel, inputs: Sequence[np.ndarray], frame_count: in
     frames = max(1, frame_count)
     latencies: List[float] = []
     result = None
-    for i in range(frames):
-        t0 = time.perf_counter()
-        result = model.run(inputs, keep_intermediate=dump_intermediate and i == frames - 1)
-        latencies.append((time.perf_counter() - t0) * 1e3)
-        if on_frame is not None:
-            on_frame()
-        if is_active is not None and i < frames - 1 and not is_active():  # after the last frame: answered anyway
-            return InferResult({}, {}, latencies)
+    if dump_intermediate:
+        model.open_pieces()   # the dumped frame runs the pieces one by one: their sessions open before its clock
+    try:
+        for i in range(frames):
+            t0 = time.perf_counter()
+            result = model.run(inputs, keep_intermediate=dump_intermediate and i == frames - 1)
+            latencies.append((time.perf_counter() - t0) * 1e3)
+            if on_frame is not None:
+                on_frame()
+            if is_active is not None and i < frames - 1 and not is_active():  # after the last frame: answered anyway
+                return InferResult({}, {}, latencies)
+    finally:
+        if dump_intermediate:
+            model.close_pieces()   # and close after it: the merged session alone stays open
     outputs, intermediates = result if dump_intermediate else (result, {})
     return InferResult(model.output_by_name(outputs), intermediates, latencies)

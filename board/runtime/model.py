@@ -82,7 +82,8 @@ class OrtStep(Step):
 
     def release(self) -> None:
         """Close the session (a MergedStep runs this piece on frames without dumps): it holds the piece's
-        weights a second time. ``reopen`` opens it again, before the first profiled or dumped frame."""
+        weights a second time. ``reopen`` opens it again, for profiled or dumped frames
+        (LoadedModel.open_pieces), and it is closed again when the last of them ends (close_pieces)."""
         self.session = None
         self._run = self._reopen
 
@@ -246,14 +247,35 @@ class LoadedModel(ModelDescription):
         self._table_names = [f"rt:{name}" for name in self.input_names]
         self._direct = self._direct_step()
         self._closed = [p for s in self._frame_steps if isinstance(s, MergedStep) for p in s.steps]
+        self._pieces_lock = threading.Lock()
+        self._piece_users = 0    # open_pieces calls not yet followed by close_pieces
         self.x5_steps = x5_timing.plan_steps(model) if x5_timing.has_timing(model) else None
 
     def open_pieces(self) -> None:
         """Open the pieces' own sessions a merge closed: profiled and dumped frames run the pieces one by one.
-        Done before such a frame's clock starts (and by perf before its first profiled frame)."""
-        for step in self._closed:
-            if step.session is None:
-                step.reopen()
+        Done before such a frame's clock starts (by perf before its first profiled frame, by run_frames
+        before a dumped frame); each call is followed by one close_pieces."""
+        with self._pieces_lock:
+            try:
+                for step in self._closed:
+                    if step.session is None:
+                        step.reopen()
+            except BaseException:
+                if self._piece_users == 0:   # a piece that does not load again: none stays open
+                    for step in self._closed:
+                        step.release()
+                raise
+            self._piece_users += 1
+
+    def close_pieces(self) -> None:
+        """The end of an open_pieces: when no profiled or dumped work is left, the pieces' sessions close
+        again, and the model holds its weights once (a board running for weeks after one profiled perf job
+        or one dump). Done after the clocks stop."""
+        with self._pieces_lock:
+            self._piece_users -= 1
+            if self._piece_users == 0:
+                for step in self._closed:
+                    step.release()
 
     def _direct_step(self) -> Optional[Step]:
         """The frame's one onnxruntime step when a frame is only the inputs' checks (fused Preprocess steps)
@@ -301,28 +323,33 @@ class LoadedModel(ModelDescription):
             for check in self._fused:
                 check.run(tensors)
             return direct._run(direct.outputs, tensors, None)   # the outputs, in order
-        if times is not None or keep_intermediate:
+        pieces = times is not None or keep_intermediate
+        if pieces:
             self.open_pieces()
-        clock = time.perf_counter_ns
-        start = clock()
-        if x5 is not None:
-            if self.x5_steps is None:
-                raise x5_timing.NoX5Timing(f"model '{self.name}': {x5_timing.NO_TIMING} (this board runs --timing x5)")
-            deadline = x5.deadline_ns(self.x5_steps, submitted_ns or start)
-        if times is None:
-            for step in self._step_by_step if keep_intermediate else self._frame_steps:
-                step.run(tensors)
-        else:
-            t0 = start
-            for step in self.steps:
-                step.run(tensors)
-                t1 = clock()
-                times.steps.append((step.name, step.is_bpu, (t1 - t0) / 1e6))
-                t0 = t1
-            times.pending_ms = (start - (submitted_ns or start)) / 1e6
-            times.running_ms = (t0 - start) / 1e6
-        if x5 is not None:
-            x5.wait_until(deadline)   # the frame lasts what it lasts on the X5
+        try:
+            clock = time.perf_counter_ns
+            start = clock()
+            if x5 is not None:
+                if self.x5_steps is None:
+                    raise x5_timing.NoX5Timing(f"model '{self.name}': {x5_timing.NO_TIMING} (this board runs --timing x5)")
+                deadline = x5.deadline_ns(self.x5_steps, submitted_ns or start)
+            if times is None:
+                for step in self._step_by_step if keep_intermediate else self._frame_steps:
+                    step.run(tensors)
+            else:
+                t0 = start
+                for step in self.steps:
+                    step.run(tensors)
+                    t1 = clock()
+                    times.steps.append((step.name, step.is_bpu, (t1 - t0) / 1e6))
+                    t0 = t1
+                times.pending_ms = (start - (submitted_ns or start)) / 1e6
+                times.running_ms = (t0 - start) / 1e6
+            if x5 is not None:
+                x5.wait_until(deadline)   # the frame lasts what it lasts on the X5
+        finally:
+            if pieces:
+                self.close_pieces()
         outputs = [tensors[n] for n in self._output_tensors]
         if keep_intermediate:
             inter = {k: v for k, v in tensors.items() if not k.startswith("rt:")}

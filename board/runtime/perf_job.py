@@ -104,8 +104,12 @@ def run_perf(
     profiler = Profiler() if config.profile else None
     if profiler:
         model.open_pieces()   # profiled frames run the plan's pieces one by one: their sessions open first
-    job = _FrameScheduler(model, inputs, config, profiler)
-    run_time_ms = job.run(progress, cancelled, progress_interval_s)
+    try:
+        job = _FrameScheduler(model, inputs, config, profiler)
+        run_time_ms = job.run(progress, cancelled, progress_interval_s)
+    finally:
+        if profiler:
+            model.close_pieces()   # the job's end: the pieces' sessions close again (the merged one stays)
     report = _statistics(model.name, config, job.latencies, run_time_ms)
     if profiler:
         report.profiler_log, report.profiler_csv = _profiler_files(profiler, report, config, model.model)

@@ -8,7 +8,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from bpuemu.board.runtime import PerfConfig, Runtime, run_perf
+from bpuemu.board.runtime import PerfConfig, Runtime, run_frames, run_perf
 from bpuemu.board.runtime.merge import merge_pieces
 from bpuemu.board.runtime.model import LoadedModel, MergedStep, OrtStep
 from bpuemu.board.runtime.profiler import FrameTimes
@@ -47,7 +47,7 @@ def test_dumps_and_profiled_frames_still_see_every_piece(cpu_middle, rng):
     merged.run([x])
     assert all(p.session is None for p in pieces)
     out, inter = merged.run([x], keep_intermediate=True)
-    assert all(p.session is not None for p in pieces)
+    assert all(p.session is None for p in pieces)    # opened for the dump, closed after it
     out_b, inter_b = one_by_one.run([x], keep_intermediate=True)
     assert inter.keys() == inter_b.keys() and "Softmax_mid" not in inter       # tensors, not steps
     assert all(np.array_equal(inter[k], inter_b[k]) for k in inter)
@@ -55,6 +55,36 @@ def test_dumps_and_profiled_frames_still_see_every_piece(cpu_middle, rng):
     times = FrameTimes()
     merged.run([x], times=times)
     assert [name for name, _, _ in times.steps] == [s.name for s in cpu_middle.model.plan]
+
+
+def _sessions(model):
+    """The onnxruntime sessions ``model`` holds open: its frame's steps' and the pieces'."""
+    return [s.session for s in model._frame_steps + model._closed if getattr(s, "session", None) is not None]
+
+
+def test_after_a_dump_or_a_profiled_perf_job_the_model_holds_only_the_merged_session_again(cpu_middle, rng):
+    model, _ = _models(cpu_middle.path)
+    merged_only = _sessions(model)
+    assert merged_only == [s.session for s in model._frame_steps if isinstance(s, MergedStep)] and merged_only
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    first = run_frames(model, [x], frame_count=2, dump_intermediate=True)
+    assert _sessions(model) == merged_only, "the pieces' sessions stayed open after a dumped infer"
+    report = run_perf(model, [x], PerfConfig(frame_count=4, thread_num=2, profile=True))
+    assert "Softmax_mid" in report.profiler_csv
+    assert _sessions(model) == merged_only, "the pieces' sessions stayed open after a profiled perf job"
+    again = run_frames(model, [x], dump_intermediate=True)     # the pieces open again for the next dump
+    assert _sessions(model) == merged_only
+    for got, want in ((again.outputs, first.outputs), (again.intermediates, first.intermediates)):
+        assert got.keys() == want.keys() and all(np.array_equal(got[k], want[k]) for k in got)
+    assert {o for s in cpu_middle.model.plan for o in s.outputs} <= again.intermediates.keys()
+    # Another dumped or profiled frame under way (its open_pieces not yet closed): a dump that ends beside
+    # it leaves the sessions that frame runs open; they close when it ends.
+    model.open_pieces()
+    run_frames(model, [x], dump_intermediate=True)
+    assert all(p.session is not None for p in model._closed)
+    model.run([x], times=FrameTimes())
+    model.close_pieces()
+    assert _sessions(model) == merged_only
 
 
 def test_the_sample_cnn_and_its_softmax_run_as_one_session(tmp_path, rng):
@@ -163,8 +193,10 @@ def test_profiled_perf_and_dumps_open_the_pieces_before_their_clocks_start(cpu_m
 
     merged.run = timed_frame
     report = run_perf(merged, [x], PerfConfig(frame_count=3, profile=True))
-    assert "Softmax_mid" in report.profiler_csv and all(p.session is not None for p in merged._closed)
+    assert "Softmax_mid" in report.profiler_csv
     merged, _ = _models(cpu_middle.path)
-    merged.run([x], keep_intermediate=True)
+    merged.run = timed_frame
+    run_frames(merged, [x], frame_count=2, dump_intermediate=True)
+    merged, _ = _models(cpu_middle.path)
     merged, _ = _models(cpu_middle.path)
     merged.run([x], times=FrameTimes())
