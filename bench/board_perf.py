@@ -522,28 +522,32 @@ def idle_entries() -> Optional[int]:
     return total if found else None
 
 
+def _read_setting(path: str) -> Optional[str]:
+    """A kernel setting's text (/proc/sys, /sys), or None where this machine does not show it."""
+    try:
+        with open(path) as f:
+            return f.read().strip()
+    except OSError:
+        return None
+
+
 def cpuidle_line() -> str:
     """How this machine's cores idle: the cpuidle driver and, under a hypervisor's haltpoll, how long an idle
     core polls before it halts (0: it halts at once, and waking it is a trip through the hypervisor)."""
-    def read(path):
-        try:
-            with open(path) as f:
-                return f.read().strip()
-        except OSError:
-            return None
-
-    driver = read("/sys/devices/system/cpu/cpuidle/current_driver")
-    poll_ns = read("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
+    driver = _read_setting("/sys/devices/system/cpu/cpuidle/current_driver")
+    poll_ns = _read_setting("/sys/module/haltpoll/parameters/guest_halt_poll_ns")
     return f"cpuidle driver {driver or 'none shown'}" + (f", guest_halt_poll_ns={poll_ns}" if poll_ns else "")
 
 
-def _autogroup() -> bool:
-    """Whether the kernel shares the cores between sessions rather than threads (Linux autogroup scheduling)."""
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
+def autogroup_on() -> bool:
+    """Whether the kernel shares the cores between sessions rather than threads (Linux autogroup scheduling).
+    bench/ocr_farm.py asks too."""
+    return _read_setting("/proc/sys/kernel/sched_autogroup_enabled") == "1"
+
+
+def load_average() -> str:
+    """The 1, 5 and 15 minute load averages, for a bench's header (bench/ocr_farm.py prints them too)."""
+    return " ".join(f"{v:.1f}" for v in os.getloadavg())
 
 
 def runtime_rows(args, work, model, qonnx, local, x):
@@ -589,7 +593,7 @@ def main():
     args = ap.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
 
-    load_start = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    load_start = load_average()
     work = tempfile.mkdtemp(prefix="bpuemu-bench-")
     model = os.path.join(work, "m.bin")
     qonnx = os.path.join(work, "m_quantized_model.onnx")
@@ -600,7 +604,7 @@ def main():
     x = np.random.default_rng(0).integers(0, 256, (1, args.size, args.size, 3), dtype=np.uint8)
     if args.runtime_only:
         rows, splits = runtime_rows(args, work, model, qonnx, local, x)
-        load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+        load = load_average()
         print(f"runtime vs onnxruntime, {args.frames} frames x {args.rounds} rounds, {os.cpu_count()} cores, "
               f"load average {load_start} at the start, {load} at the end")
         print_rows(rows)
@@ -730,11 +734,11 @@ def main():
         ratio_row("  same, frames per board CPU second / in-process", board_r, cpu_l,
                   "(the board's own cost)", at_least(0.9)),
     ] + rt_rows
-    load = " ".join(f"{v:.1f}" for v in os.getloadavg())
+    load = load_average()
     print(f"model: sample CNN 1x3x{args.size}x{args.size} rgb, {args.frames} frames x {args.rounds} rounds, "
           f"input {x.nbytes} bytes, {os.cpu_count()} cores, load average {load_start} at the start, {load} at the end")
     print("each row: the sides' medians = the median of the rounds' ratios (differences) [lowest-highest round]")
-    if _autogroup():
+    if autogroup_on():
         print("kernel.sched_autogroup_enabled=1: this bench and its board share one session's part of the cores "
               "against the machine's other busy sessions (see the docstring, 5)")
     print_rows(rows)

@@ -63,6 +63,9 @@ from bpuemu.host.samples.ocr import dataset
 from bpuemu.common.errors import BpuEmuError
 from bpuemu.host.samples.ocr.evaluate import OcrModels, evaluate, local_boards
 
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from board_perf import autogroup_on, load_average  # noqa: E402  (bench/board_perf.py: the machine's header lines)
+
 
 def _cpu_s(pid=None) -> float:
     """CPU seconds (user + system) of this process, or of process ``pid`` (0 where /proc is not there)."""
@@ -143,19 +146,6 @@ def _run(models, split, boards, results, lines, daemons=()):
     return time.perf_counter() - t0, rep, sampler.quarters(lines)
 
 
-def _load() -> str:
-    return " ".join(f"{v:.1f}" for v in os.getloadavg())
-
-
-def _autogroup() -> bool:
-    """Whether the kernel shares the cores between sessions rather than threads (Linux autogroup scheduling)."""
-    try:
-        with open("/proc/sys/kernel/sched_autogroup_enabled") as f:
-            return f.read().strip() == "1"
-    except OSError:
-        return False
-
-
 def main(argv=None) -> int:
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--model-dir", required=True, help="the OCR sample's model_output (ppocr_det/cls/rec)")
@@ -167,7 +157,7 @@ def main(argv=None) -> int:
         models = OcrModels.from_paths(*(os.path.join(args.model_dir, f"ppocr_{k}") for k in ("det", "cls", "rec")))
     except BpuEmuError as exc:
         p.error(f"--model-dir {args.model_dir}: {exc}")
-    load_start = _load()
+    load_start = load_average()
     with tempfile.TemporaryDirectory(prefix="bench-ocr-farm-") as tmp:
         t0 = time.perf_counter()
         split = dataset.make(tmp, seed=args.seed, n_pages=0, n_lines=args.lines, split="evaluation")
@@ -180,8 +170,8 @@ def main(argv=None) -> int:
             one_s, one, one_q = _run(models, split, [a], os.path.join(tmp, "one.jsonl"), args.lines, daemons)
             two_s, two, two_q = _run(models, split, [a, b], os.path.join(tmp, "two.jsonl"), args.lines, daemons)
     same = one.scores["board"] == two.scores["board"]
-    print(f"load average {load_start} at the start, {_load()} at the end; {os.cpu_count()} cores")
-    if _autogroup():
+    print(f"load average {load_start} at the start, {load_average()} at the end; {os.cpu_count()} cores")
+    if autogroup_on():
         print("kernel.sched_autogroup_enabled=1: the client and both boards share one session's part of the cores "
               "against the machine's other busy sessions")
     print(f"1 board : {one_s:7.1f} s  {args.lines / one_s:6.1f} images/s")
