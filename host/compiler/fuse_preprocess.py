@@ -117,7 +117,7 @@ def layout_nodes(src: str, dst: str, shape, perm, name: str):
     is called ``name`` and writes ``dst``; the others' names start with it."""
     n, h, w, c = (int(d) for d in shape)
     rows = next((r for r in _ROW_PIXELS if (h * w) % r == 0), None)
-    if list(perm) != [0, 3, 1, 2] or c < 2 or rows is None:
+    if list(perm) != _TO_MODEL[("NHWC", "NCHW")] or c < 2 or rows is None:
         return [helper.make_node("Transpose", [src], [dst], perm=list(perm), name=name)], []
     p = h * w
     dims = {"in": [n, p // rows, rows * c], "mid": [n, rows, c * p // rows], "out": [n, c, h, w]}
@@ -149,7 +149,7 @@ def one_transpose_view(model: onnx.ModelProto) -> onnx.ModelProto:
             kept.append(n)
         elif n.name == end:
             first = next(m for m in nodes if m.name == f"{end}_rows")
-            kept.append(helper.make_node("Transpose", [first.input[0]], [n.output[0]], perm=[0, 3, 1, 2], name=end))
+            kept.append(helper.make_node("Transpose", [first.input[0]], [n.output[0]], perm=_TO_MODEL[("NHWC", "NCHW")], name=end))
     del view.graph.node[:]
     view.graph.node.extend(kept)
     return view

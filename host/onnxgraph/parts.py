@@ -34,9 +34,10 @@ from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
-from onnx import TensorProto, helper
+from onnx import helper
 
 from bpuemu.host.onnxgraph.model import TensorInfo, tensor_infos
+from bpuemu.host.onnxgraph.session import open_session
 
 #: Ops that compute the same values whatever the memory layout of their inputs (``_layout_pinned``).
 #: onnxruntime runs some nodes in its blocked NCHWc layout when their input comes from an NCHWc node;
@@ -52,16 +53,11 @@ LAYOUT_FREE = frozenset({
 #: Bytes of wanted outputs per part (PP-OCRv4 det's 376 MB of activations at 640x640: about 8 parts).
 PART_BYTES = 64 << 20
 
-_ITEMSIZE = {TensorProto.FLOAT: 4, TensorProto.FLOAT16: 2, TensorProto.DOUBLE: 8, TensorProto.INT8: 1,
-             TensorProto.UINT8: 1, TensorProto.INT16: 2, TensorProto.UINT16: 2, TensorProto.INT32: 4,
-             TensorProto.INT64: 8, TensorProto.BOOL: 1}
-
-
 def tensor_bytes(info: Optional[TensorInfo]) -> Optional[int]:
     """Bytes of a tensor from its inferred type and shape; None when a dimension is unknown."""
     if info is None or info.shape is None or any(d < 0 for d in info.shape):
         return None
-    return int(np.prod(info.shape, dtype=np.int64)) * _ITEMSIZE.get(info.elem_type, 4)
+    return int(np.prod(info.shape, dtype=np.int64)) * np.dtype(helper.tensor_dtype_to_np_dtype(info.elem_type)).itemsize
 
 
 @dataclass
@@ -174,10 +170,10 @@ class Parts:
     def __len__(self) -> int:
         return len(self.parts)
 
-    def open(self, open_session: Callable[[onnx.ModelProto], object]) -> "Parts":
-        """Open each part's session with ``open_session(part_model)``; returns self."""
+    def open(self, opener: Callable[[onnx.ModelProto], object]) -> "Parts":
+        """Open each part's session with ``opener(part_model)``; returns self."""
         for p in self.parts:
-            p.session = open_session(p.model)
+            p.session = opener(p.model)
         return self
 
     def get_inputs(self):
@@ -210,11 +206,15 @@ class Parts:
         for values in self.iter_run(feed):
             consume(values)
 
-    def run_all(self, feed: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
-        """Every wanted tensor of one run (tests; callers that can reduce part by part use ``run``)."""
-        out: Dict[str, np.ndarray] = {}
-        self.run(feed, out.update)
-        return out
+
+
+def open_parted(model: onnx.ModelProto, names: Sequence[str], infos: Mapping[str, TensorInfo]):
+    """What runs ``model``, which outputs ``names``: its parts opened (``Parts``), or one session when
+    it is one part; every session in the one shared onnxruntime arena (``open_session(arena="shared")``)."""
+    parts = Parts(model, names, infos)
+    if len(parts) == 1:
+        return open_session(model, arena="shared")
+    return parts.open(lambda m: open_session(m, arena="shared"))
 
 
 def _layout_pinned(nodes: Sequence[onnx.NodeProto], readers: Mapping[str, List[onnx.NodeProto]]) -> set:

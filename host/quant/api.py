@@ -24,7 +24,7 @@ from bpuemu.host.quant.calibrators import (
 from bpuemu.host.quant.emit import emit_calibrated, emit_quantized
 from bpuemu.host.onnxgraph import (
     DQ, Q, GraphIndex, Parts, constants_to_initializers, convert_opset, default_opset, feed_for, graph_inputs, has_qdq,
-    name_nodes, open_session, sample_workers, tensor_infos, with_outputs,
+    name_nodes, open_parted, sample_workers, tensor_infos, with_outputs,
 )
 from bpuemu.host.quant.graph import (
     INT16_OPSET, MIN_OPSET, LoadedQuant, LoadedWeight, float_outputs, prepare_model, strip_qdq,
@@ -452,21 +452,14 @@ def fused_activations(float_model: onnx.ModelProto, quantized_model: onnx.ModelP
     return out
 
 
-def _parted(model: onnx.ModelProto, names: Sequence[str], infos):
-    """What runs ``model`` (which outputs ``names``): its parts (onnxgraph.Parts), or one session
-    when it is one part."""
-    parts = Parts(model, names, infos)
-    if len(parts) == 1:
-        return open_session(model, arena="shared")
-    return parts.open(lambda m: open_session(m, arena="shared"))
-
-
 def _part_values(runner, names: Sequence[str], sample: Sample):
-    """The values of ``names`` for one sample, as an iterator of ``{name: value}``: one per part."""
+    """The values of ``names`` for one sample, as ``{name: value}`` per part. A generator: each run
+    happens in the ``next`` that asks for it, so the float and quantized runs can go on two threads."""
     feed = feed_for(runner, sample)
     if isinstance(runner, Parts):
-        return runner.iter_run(feed)
-    return iter([dict(zip(names, runner.run(names, feed)))])
+        yield from runner.iter_run(feed)
+    else:
+        yield dict(zip(names, runner.run(names, feed)))
 
 
 def similarity(
@@ -498,8 +491,8 @@ def similarity(
     q_infos = tensor_infos(quantized_model)
     f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
     q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
-    fs = _parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
-    qs = _parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos)
+    fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
+    qs = open_parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos)
     compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
 
     def node_cosines_of(fv, qv, keys) -> List[float]:

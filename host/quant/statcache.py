@@ -31,7 +31,7 @@ import tempfile
 import time
 import zipfile
 from pathlib import Path
-from typing import Callable, Dict, Mapping, Optional, Sequence, Tuple
+from typing import Dict, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -215,15 +215,14 @@ def cached_statistics(
     histograms: bool = True,
     per_channel: bool = True,
     log: Optional[logging.Logger] = None,
-    collect: Callable[..., Dict[str, TensorStats]] = collect_statistics,
     limit: int = LIMIT_BYTES,
 ) -> CachedStatistics:
     """``collect_statistics``, read from the cache when the same statistics were collected before."""
     log = log or logging.getLogger("bpuemu.host.quant")
     root = cache_dir()
     if root is None:
-        return CachedStatistics(collect(model, tensors, samples, infos, bins, histograms=histograms,
-                                        per_channel=per_channel), {})
+        return CachedStatistics(collect_statistics(model, tensors, samples, infos, bins, histograms=histograms,
+                                                   per_channel=per_channel), {})
     tensors = list(dict.fromkeys(tensors))
     key = statistics_key(model, tensors, samples, infos, bins)
     path = root / f"{key}.npz"
@@ -246,7 +245,7 @@ def cached_statistics(
     # Collect what the request and the old entry need together, so the new entry serves both.
     has_h = histograms or (entry is not None and entry.histograms)
     has_c = per_channel or (entry is not None and entry.per_channel)
-    stats = collect(model, tensors, samples, infos, bins, histograms=has_h, per_channel=has_c)
+    stats = collect_statistics(model, tensors, samples, infos, bins, histograms=has_h, per_channel=has_c)
     kl = dict(entry.kl) if entry is not None and entry.histograms else {}    # the same histograms: still valid
     try:
         _write(path, _arrays(key, stats, has_h, has_c, bins, kl))

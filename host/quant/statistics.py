@@ -52,12 +52,12 @@ the memory, but 0.25 and 0.23 s per run against 0.18, more than numpy saves, so
 the tensors come out whole.
 """
 from dataclasses import dataclass
-from typing import Dict, Mapping, Optional, Sequence
+from typing import Dict, List, Mapping, Optional, Sequence
 
 import numpy as np
 import onnx
 
-from bpuemu.host.onnxgraph import Parts, TensorInfo, imap_samples, open_session, with_outputs
+from bpuemu.host.onnxgraph import TensorInfo, imap_samples, open_parted, with_outputs
 
 
 #: Values binned per step of a histogram (float32 and int32 index buffers of 64 KB each).
@@ -208,10 +208,14 @@ class StatisticsCollector:
         self.augmented = with_outputs(self.model, self.tensors, self.infos)
         return self.augmented
 
+    def _run_names(self, samples) -> List[str]:
+        """The tensors the augmented model's runs give: those the samples do not hold already (model inputs)."""
+        return [t for t in self.tensors if t not in samples[0]] if samples else []
+
     def _pass(self, sess, samples, summarise, add) -> None:
         """One pass over the samples: the model's runs and ``summarise`` spread over the sample
         workers (onnxgraph.imap_samples), the summaries added in sample order as they come."""
-        names = [t for t in self.tensors if t not in samples[0]] if samples else []
+        names = self._run_names(samples)
         fed = [t for t in self.tensors if t not in names]
 
         def per_part(i, values):      # a part's {name: value}, or the whole run's values in ``names`` order
@@ -229,11 +233,7 @@ class StatisticsCollector:
     def session(self, samples):
         """What runs the augmented model: its parts (onnxgraph.Parts: one part's activations in
         memory per sample worker at a time), or one session when it is one part."""
-        names = [t for t in self.tensors if t not in samples[0]] if samples else []
-        parts = Parts(self.augmented, names, self.infos)
-        if len(parts) == 1:
-            return open_session(self.augmented, arena="shared")
-        return parts.open(lambda m: open_session(m, arena="shared"))
+        return open_parted(self.augmented, self._run_names(samples), self.infos)
 
     def collect_data(self, samples: Sequence[Mapping[str, np.ndarray]]) -> None:
         if self.augmented is None:
