@@ -148,7 +148,7 @@ import statistics
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
@@ -391,6 +391,27 @@ def in_child(fn: Callable[[], object], result: Optional[list] = None) -> Tuple[f
     return wall, rss
 
 
+def _stages_of(value) -> Optional[Dict[str, Tuple[float, float]]]:
+    """A makertbin side's (artifacts, seconds) -> its stage times (``Artifacts.stages``); None for onnxruntime's."""
+    if isinstance(value, tuple) and hasattr(value[0], "stages"):
+        return dict(value[0].stages)
+    return None
+
+
+def median_stages(runs: List[Dict[str, Tuple[float, float]]]) -> Dict[str, Tuple[float, float]]:
+    """Per stage, the median wall and the median CPU seconds over the rounds' runs."""
+    return {name: (statistics.median(r[name][0] for r in runs), statistics.median(r[name][1] for r in runs))
+            for name in runs[0]}
+
+
+def stages_line(side: str, stages: Dict[str, Tuple[float, float]], runs: int) -> str:
+    """Where a makertbin side's wall time went: per stage (bpuemu.host.quant.stages), the median wall
+    and CPU seconds of ``runs`` runs, and the cores the stage kept busy (CPU / wall)."""
+    cells = [f"{name} {w:.2f} s ({c / w if w > 0 else 0:.2f} cores)" for name, (w, c) in stages.items()]
+    return (f"{side} by stage (median of {runs}, wall and CPU / wall): " + ", ".join(cells)
+            + f"; sum {sum(w for w, _ in stages.values()):.2f} s")
+
+
 class _Captured(Exception):
     """Stops a makertbin run once the calibration statistics' inputs are known."""
 
@@ -491,6 +512,9 @@ class Result:
     peak_mb: Dict[str, float]         # peak RSS per side
     note: str = ""
     floor: Optional[Dict[str, float]] = None    # statistics_floor(), when the default side ran
+    #: makertbin side -> stage -> median (wall s, CPU s) over the rounds (``median_stages``)
+    stages: Dict[str, Dict[str, Tuple[float, float]]] = field(default_factory=dict)
+    rounds: int = 0
 
     @property
     def default_ratio(self) -> float:
@@ -536,16 +560,23 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
     sides = {k: v for k, v in sides.items() if k in wanted}
     wall: Dict[str, List[float]] = {k: [] for k in sides}
     peak: Dict[str, float] = {k: 0.0 for k in sides}
+    staged: Dict[str, List[Dict[str, Tuple[float, float]]]] = {k: [] for k in sides}
     in_child(lambda: sides[next(k for k in ("default-rerun", "default", "max") if k in sides)]("_warmup"))
     in_child(lambda: sides["MinMax"]("_warmup"))
     for r in range(rounds):
         order = list(sides) if r % 2 == 0 else list(reversed(list(sides)))
         for side in order:
-            t, rss = in_child(lambda: sides[side](r))
+            got: list = []
+            t, rss = in_child(lambda: _stages_of(sides[side](r)), got)
             wall[side].append(t)
             peak[side] = max(peak[side], rss)
+            if got[0]:
+                staged[side].append(got[0])
         log(f"  {case.name} round {r + 1}/{rounds}: " + ", ".join(f"{k} {wall[k][-1]:.2f} s" for k in sides))
     medians = {k: statistics.median(v) for k, v in wall.items()}
+    stages = {k: median_stages(v) for k, v in staged.items() if v}
+    for side, st in stages.items():
+        log(f"  {case.name} {stages_line(side, st, len(staged[side]))}")
     floor = None
     if "default" in sides:
         got: list = []
@@ -554,7 +585,8 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
         log(f"  {case.name}: {floor_line(floor, medians['MinMax'], _cores())}")
     if timing_only:
         return Result(case.name, float("nan"), float("nan"), "", "", float("nan"), float("nan"), medians.get("max", float("nan")),
-                      medians["MinMax"], prep_time, medians.get("default", float("nan")), {}, medians, peak, floor=floor)
+                      medians["MinMax"], prep_time, medians.get("default", float("nan")), {}, medians, peak, floor=floor,
+                      stages=stages, rounds=rounds)
     ours_t, ort_t = wall["max"], wall["MinMax"]
 
     # 2. quality on held-out pages.
@@ -587,7 +619,7 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
         log(f"  {case.name}: {note}")
     return Result(case.name, float(np.mean(ours)), float(np.min(ours)), method, best, ort_all[best][0], ort_all[best][1],
                   statistics.median(ours_t), statistics.median(ort_t), prep_time, default_time, ort_all,
-                  medians, peak, note, floor)
+                  medians, peak, note, floor, stages, rounds)
 
 
 def _cores() -> int:
@@ -673,6 +705,8 @@ def main(argv: Optional[List[str]] = None) -> int:
     for r in results:
         if r.floor:
             log(f"  {r.name}: {floor_line(r.floor, r.wall['MinMax'], _cores())}")
+        for side, st in r.stages.items():
+            log(f"  {r.name} {stages_line(side, st, r.rounds)}")
     log("goal 2: makertbin calibration_type default held-out mean cosine >= the best onnxruntime setting's "
         "(MinMax/Entropy/Percentile x per_channel), all run with session_options() (QDQ fusion off)")
     for r in results:

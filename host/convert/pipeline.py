@@ -33,6 +33,7 @@ from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
 from bpuemu.host.convert.optimizer import optimize
 from bpuemu.host.convert.preprocess import InputPreprocess, insert_preprocess
 from bpuemu.host.onnxgraph import graph_inputs, has_qdq, load_onnx, name_nodes, open_session
+from bpuemu.host.quant.stages import StageClock, stages_line
 
 log = logging.getLogger("bpuemu.host.makertbin")
 
@@ -89,6 +90,8 @@ class Artifacts:
     output_cosines: Dict[str, float] = field(default_factory=dict)
     #: Integer outputs (ArgMax indices, labels): fraction of elements equal to the float model's.
     output_agreements: Dict[str, float] = field(default_factory=dict)
+    #: Stage -> (wall s, CPU s) of this run (bpuemu.host.quant.stages.STAGES, in that order).
+    stages: Dict[str, Tuple[float, float]] = field(default_factory=dict)
 
 
 def artifact_paths(job: ConvertJob, directory: str = "") -> Dict[str, str]:
@@ -226,23 +229,27 @@ def calibration_feeds(job: ConvertJob, specs, dump_dir: str = "") -> List[Dict[s
 
 
 def run(job: ConvertJob) -> Artifacts:
-    t_start = time.time()
+    t_start, cpu_start = time.perf_counter(), time.process_time()
     log.info("Start Model Convert....")
     final = artifact_paths(job)
+    clock = StageClock()
     with Staging(job.working_dir, "makertbin", log) as stage:
-        sha, cosines, table, out_cos, agreements = _convert(job, stage.dir)
+        sha, cosines, table, out_cos, agreements = _convert(job, stage.dir, clock)
         checkpoint("makertbin:converted")
         stage.publish()
     for key, what in (("original", "original float model"), ("optimized", "optimized float model"),
                       ("calibrated", "calibrated model"), ("quantized", "quantized model"), ("bin", "runtime model")):
         log.info("%s saved: %s", what, final[key])
     log.info("Convert to runtime bin file successfully!")
-    log.info("End Model Convert (%.1f s)", time.time() - t_start)
+    total = (time.perf_counter() - t_start, time.process_time() - cpu_start)
+    stages = clock.times(total)
+    log.info("time by stage: %s", stages_line(stages))
+    log.info("End Model Convert (%.1f s)", total[0])
     return Artifacts(final["original"], final["optimized"], final["calibrated"], final["quantized"], final["bin"],
-                     sha, cosines, table, out_cos, agreements)
+                     sha, cosines, table, out_cos, agreements, stages)
 
 
-def _convert(job: ConvertJob, out_dir: str):
+def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
     """Every stage of the conversion, writing into ``out_dir`` (the staging directory)."""
     paths = artifact_paths(job, out_dir)
     original = insert_preprocess(float_model(job), [ji.pre for ji in job.inputs])
@@ -257,19 +264,21 @@ def _convert(job: ConvertJob, out_dir: str):
         log.info(line)
 
     specs = [input_spec(ji) for ji in job.inputs]
-    feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir)
+    feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir, clock)
     eval_feeds = feeds[: min(len(feeds), 16)]
-    sim, table = _report_accuracy(optimized, quantized, placement, params, eval_feeds)
+    with clock.stage("cosine table"):
+        sim, table = _report_accuracy(optimized, quantized, placement, params, eval_feeds)
 
     checkpoint("makertbin:compiling")
-    model, blobs = _compile(job, quantized, placement, specs)
-    _log_estimate(job, model, blobs)
-    sha = write_bin(paths["bin"], [model], blobs)
+    with clock.stage("emit/compile"):
+        model, blobs = _compile(job, quantized, placement, specs)
+        _log_estimate(job, model, blobs)
+        sha = write_bin(paths["bin"], [model], blobs)
     return sha, sim.nodes, table, sim.outputs, sim.agreements
 
 
 def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inputs: Sequence[str], specs,
-              paths: Dict[str, str], out_dir: str):
+              paths: Dict[str, str], out_dir: str, clock: StageClock):
     """Calibration on the job's data, then the calibrated and quantized models (both saved).
     Returns (calibration feeds, quantization parameters, quantized model)."""
     from bpuemu.host import quant
@@ -278,12 +287,13 @@ def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inpu
     feeds = calibration_feeds(job, specs, out_dir) if options.calibration_type not in ("skip", "load") else []
     if options.calibration_type not in ("skip", "load") and not feeds:
         raise InvalidInput("no calibration data: set cal_data_dir for every input, or calibration_type: skip")
-    params = quant.calibrate(optimized, feeds, placement.bpu_nodes, image_inputs, options, log=log)
-    calibrated = quant.build_calibrated_model(optimized, params)
-    _save(calibrated, paths["calibrated"])
-    quantized = quant.build_quantized_model(optimized, params, image_inputs)
-    _check_loads(quantized, paths["quantized"])
-    _save(quantized, paths["quantized"])
+    params = quant.calibrate(optimized, feeds, placement.bpu_nodes, image_inputs, options, log=log, clock=clock)
+    with clock.stage("emit/compile"):
+        calibrated = quant.build_calibrated_model(optimized, params)
+        _save(calibrated, paths["calibrated"])
+        quantized = quant.build_quantized_model(optimized, params, image_inputs)
+        _check_loads(quantized, paths["quantized"])
+        _save(quantized, paths["quantized"])
     checkpoint("makertbin:calibrated")
     return feeds, params, quantized
 

@@ -34,6 +34,7 @@ from bpuemu.host.quant.options import Int16Spec, QuantOptions
 from bpuemu.host.quant.params import (
     INT_RANGE, QuantParams, TensorQuant, WeightQuant, asymmetric, fixed_int8_input, quantize_weight, symmetric,
 )
+from bpuemu.host.quant.stages import StageClock
 from bpuemu.host.quant.statcache import cached_statistics
 from bpuemu.host.compiler.optable import BPU_OPS
 
@@ -148,16 +149,19 @@ def _weights(plan: QuantPlan) -> Dict[str, WeightQuant]:
 
 
 def _stats_cache(plan: QuantPlan, samples: Sequence[Sample], options: QuantOptions,
-                 methods: Sequence[Calibration], log: logging.Logger, used: Optional[List] = None) -> ThresholdCache:
+                 methods: Sequence[Calibration], log: logging.Logger, used: Optional[List] = None,
+                 clock: Optional[StageClock] = None) -> ThresholdCache:
     """Statistics for the calibrations ``methods``: the histogram pass only when one of
     them reads histograms, per-channel ranges only when one is per-channel; read from the
     calibration statistics cache (statcache.py) when this model saw these samples before,
     with the KL thresholds computed from them then. ``used`` collects (entry, thresholds)
-    for ``calibrate`` to add this run's KL thresholds to the entry."""
+    for ``calibrate`` to add this run's KL thresholds to the entry; ``clock`` times it as the
+    "statistics" stage."""
     q = options.kl_quantized_bins
-    cached = cached_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins,
-                               histograms=any(needs_histogram(c.method) for c in methods),
-                               per_channel=any(c.per_channel for c in methods), log=log)
+    with (clock or StageClock()).stage("statistics"):
+        cached = cached_statistics(plan.model, plan.stat_tensors(), samples, plan.infos, options.histogram_bins,
+                                   histograms=any(needs_histogram(c.method) for c in methods),
+                                   per_channel=any(c.per_channel for c in methods), log=log)
     cache = ThresholdCache(cached.stats, q, {t: v for (t, qb), v in cached.kl.items() if qb == q})
     if used is not None:
         used.append((cached, cache))
@@ -167,9 +171,10 @@ def _stats_cache(plan: QuantPlan, samples: Sequence[Sample], options: QuantOptio
 # --- calibration strategies, keyed by calibration_type ---------------------------------------------
 
 class _Context:
-    def __init__(self, plan, samples, options, log, loaded, loaded_w):
+    def __init__(self, plan, samples, options, log, loaded, loaded_w, clock: StageClock):
         self.plan, self.samples, self.options, self.log = plan, samples, options, log
         self.loaded, self.loaded_w = loaded, loaded_w
+        self.clock = clock
         self.statistics: List = []     # (statcache entry, ThresholdCache) of each statistics read
 
     def eval_samples(self) -> List[Sample]:
@@ -190,7 +195,7 @@ def _strategy_default(ctx: _Context):
     if ctx.options.max_percentile < 1.0:
         ctx.log.warning("max_percentile applies to calibration_type max only; ignored with default")
     cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.default_candidates(ctx.options.search_percentile), ctx.log,
-                        ctx.statistics)
+                        ctx.statistics, ctx.clock)
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     res = search.default_search(ctx.plan, cache, weights, ev, ctx.options.search_target, ctx.options.search_percentile, ctx.log)
@@ -199,7 +204,8 @@ def _strategy_default(ctx: _Context):
 
 def _strategy_mix(ctx: _Context):
     _need_samples(ctx)
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options), ctx.log, ctx.statistics)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options), ctx.log, ctx.statistics,
+                        ctx.clock)
     weights = _weights(ctx.plan)
     ev = search.Evaluator(ctx.plan, ctx.eval_samples())
     return search.mix_search(ctx.plan, cache, weights, ev, ctx.options, ctx.log), weights
@@ -211,7 +217,7 @@ def _uniform(method: Method):
         o = ctx.options
         m = percentile_method(o.max_percentile) if method.kind == "max" else method
         calib = Calibration(m, o.per_channel, o.asymmetric)
-        cache = _stats_cache(ctx.plan, ctx.samples, o, [calib], ctx.log, ctx.statistics)
+        cache = _stats_cache(ctx.plan, ctx.samples, o, [calib], ctx.log, ctx.statistics, ctx.clock)
         return search.uniform(ctx.plan, cache, calib, ctx.log), _weights(ctx.plan)
     return strategy
 
@@ -219,7 +225,7 @@ def _uniform(method: Method):
 def _strategy_skip(ctx: _Context):
     ctx.log.warning("calibration_type skip: calibrating with random data (max); the model cannot be used for accuracy checks")
     ctx.samples = random_samples(ctx.plan.model, ctx.plan.int8_inputs, ctx.options.skip_samples, ctx.options.seed)
-    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, [Calibration(MAX)], ctx.log)
+    cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, [Calibration(MAX)], ctx.log, clock=ctx.clock)
     res = search.uniform(ctx.plan, cache, Calibration(MAX), ctx.log)
     res.method = "skip"
     return res, _weights(ctx.plan)
@@ -272,7 +278,7 @@ def _strategy_load(ctx: _Context):
         log.warning("load: %d quantized tensor group(s) have no parameters in the QAT model (%s); calibrating them with max "
                     "on %s", len(missing), ", ".join(g.members[0] for g in missing),
                     "the calibration data" if ctx.samples else "random data")
-        cache = _stats_cache(plan, samples, ctx.options, [Calibration(MAX)], log)
+        cache = _stats_cache(plan, samples, ctx.options, [Calibration(MAX)], log, clock=ctx.clock)
         for g in missing:
             acts.update(group_params(plan, g, Calibration(MAX), cache))
     idx = GraphIndex(plan.model)
@@ -313,13 +319,15 @@ def calibrate(
     int8_inputs: Sequence[str] = (),
     options: Optional[QuantOptions] = None,
     log: logging.Logger = LOG,
+    clock: Optional[StageClock] = None,
 ) -> QuantParams:
     """Calibrate the BPU nodes of ``model`` (the optimized float model).
 
     ``samples``: calibration inputs by input name, float32 (X_128 values for
     ``int8_inputs``). ``bpu_nodes``: the placement's BPU nodes; every other
     node stays float. For calibration_type load, ``model`` is the QAT (QDQ)
-    model and its integer-domain nodes count as BPU nodes too.
+    model and its integer-domain nodes count as BPU nodes too. ``clock``: times the
+    "statistics" stage and the rest of the calibration as "search" (``stages``).
     """
     options = options or QuantOptions()
     samples = list(samples or [])
@@ -336,14 +344,16 @@ def calibrate(
         if len(extra) != len(options.int16_nodes):
             options = options.with_(int16_nodes=extra)
     plan = _plan(base, bpu, int8_inputs, options, samples, log)
-    ctx = _Context(plan, samples, options, log, loaded, loaded_w)
-    result, weights = STRATEGIES[options.calibration_type](ctx)
-    for cached, cache in ctx.statistics:
-        q = options.kl_quantized_bins
-        cached.save_kl({(t, q): v for t, v in cache.kl_thresholds().items()}, log)
-    corrections = {}
-    if options.bias_correction:
-        corrections = search.bias_correction(plan, result.acts, weights, ctx.samples, log)
+    clock = clock or StageClock()
+    ctx = _Context(plan, samples, options, log, loaded, loaded_w, clock)
+    with clock.stage("search"):
+        result, weights = STRATEGIES[options.calibration_type](ctx)
+        for cached, cache in ctx.statistics:
+            q = options.kl_quantized_bins
+            cached.save_kl({(t, q): v for t, v in cache.kl_thresholds().items()}, log)
+        corrections = {}
+        if options.bias_correction:
+            corrections = search.bias_correction(plan, result.acts, weights, ctx.samples, log)
     if options.model_output_type != "float":
         log.info("model outputs made by the BPU are %s (set_model_output_%s)", options.model_output_type, options.model_output_type)
     return QuantParams(
