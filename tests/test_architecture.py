@@ -66,7 +66,7 @@ def test_host_layers_name_every_host_package(tmp_path):
 BLOCKER = textwrap.dedent(
     """
     import importlib.abc, sys
-    BLOCKED = ("bpuemu.host", "onnx", "paramiko", "yaml")
+    BLOCKED = ("bpuemu.host", "onnx", "paramiko", "yaml", "numba")
     class Block(importlib.abc.MetaPathFinder):
         def find_spec(self, name, path=None, target=None):
             if any(name == b or name.startswith(b + ".") for b in BLOCKED):
@@ -77,7 +77,7 @@ BLOCKER = textwrap.dedent(
 
 
 def test_board_runs_without_host_packages(tmp_path):
-    """With onnx, paramiko, yaml and bpuemu.host unimportable, the board still works end to end."""
+    """With onnx, paramiko, yaml, numba and bpuemu.host unimportable, the board still works end to end."""
     from bpuemu.host.samples import sample_bin
 
     model = tmp_path / "m.bin"
@@ -90,7 +90,7 @@ def test_board_runs_without_host_packages(tmp_path):
         r = CliRunner().invoke(cli, ["infer", "--model_file", {str(model)!r}])
         assert r.exit_code == 0, r.output
         assert "infer success" in r.output
-        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("onnx", "paramiko", "yaml") or m.startswith("bpuemu.host"))
+        loaded = sorted(m for m in sys.modules if m.split(".")[0] in ("onnx", "paramiko", "yaml", "numba") or m.startswith("bpuemu.host"))
         print("HOST-MODULES:", loaded)
         """
     )

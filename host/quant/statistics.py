@@ -43,13 +43,20 @@ saved 10 % CPU and moved 63 and 45 thresholds (KL up to 206 %).
 
 Where the time goes, PP-OCRv4 det at 640x640 (94 M activation values per
 sample over 189 tensors), CPU seconds per sample on one core: each pass's run
-with every tensor an output 0.18 (0.13 without the outputs), the ranges 0.07,
-the histogram 0.33 (float32 |x| * k -> int32 0.13, np.bincount 0.2: about 2 ns
-per value, whatever the index type, ufunc.at or interleaved sub-histograms).
-Doing the reductions inside the onnxruntime graph instead (ReduceMin/ReduceMax,
-Mul -> Cast to int16 for the bins) was measured too: the same statistics and half
-the memory, but 0.25 and 0.23 s per run against 0.18, more than numpy saves, so
-the tensors come out whole.
+with every tensor an output 0.155 (0.13 without the outputs); the ranges and
+the histogram are compiled kernels (``kernels``: each value read once, outside
+the GIL) with the counts numpy's formulas give: ranges about 0.06 (numpy's
+min then max: 0.064, the row still in the CPU cache for the second read), the
+histogram 0.11-0.16 (numpy's abs, multiply, truncate and np.bincount: 0.317,
+3.4 ns a value, whatever the index type, ufunc.at or interleaved
+sub-histograms). Doing the reductions inside the onnxruntime graph instead
+(ReduceMin/ReduceMax, Mul -> Cast to int16 for the bins) was measured too: the
+same statistics and half the memory, but 0.25 and 0.23 s per run against 0.18,
+more than reducing them outside costs, so the tensors come out whole.
+
+A NaN or an infinity in a calibrated tensor is refused (InvalidInput naming the
+tensor): no threshold can be derived from it (numpy's histogram failed on it
+with a ValueError).
 """
 from dataclasses import dataclass
 from typing import Dict, List, Mapping, Optional, Sequence
@@ -57,11 +64,8 @@ from typing import Dict, List, Mapping, Optional, Sequence
 import numpy as np
 import onnx
 
+from bpuemu.common.errors import InvalidInput
 from bpuemu.host.onnxgraph import TensorInfo, imap_samples, open_parted, with_outputs
-
-
-#: Values binned per step of a histogram (float32 and int32 index buffers of 64 KB each).
-HIST_CHUNK = 1 << 14
 
 
 @dataclass
@@ -108,7 +112,8 @@ class _Accumulator:
     threads computed them.
     """
 
-    def __init__(self, bins: int, histogram: bool = True, per_channel: bool = True):
+    def __init__(self, bins: int, histogram: bool = True, per_channel: bool = True, name: str = "the tensor"):
+        self.name = name
         self.bins = bins
         self.lo = self.hi = None
         self.cmin = self.cmax = None
@@ -118,14 +123,16 @@ class _Accumulator:
 
     def range_of(self, x: np.ndarray) -> Optional[tuple]:
         """(min, max, size, per-channel min, max along axis 1 or None) of one sample's values."""
-        if x.size == 0:
+        from bpuemu.host.quant import kernels
+
+        r = kernels.ranges(x, self.per_channel)
+        if r is None:
             return None
-        if self.per_channel and x.ndim >= 2:
-            # (N, C, rest) is a view: no copy of the tensor, unlike moving axis 1 to the front.
-            v = x.reshape(x.shape[0], x.shape[1], -1)
-            cmin, cmax = v.min(axis=2).min(axis=0), v.max(axis=2).max(axis=0)
-            return float(cmin.min()), float(cmax.max()), x.size, cmin, cmax
-        return float(x.min()), float(x.max()), x.size, None, None
+        lo, hi, cmin, cmax = r
+        if not (np.isfinite(lo) and np.isfinite(hi)):
+            raise InvalidInput(f"calibration: tensor '{self.name}' has NaN or infinite values on a calibration sample",
+                               hint="check the calibration data and its preprocessing (mean, scale, input type)")
+        return lo, hi, x.size, cmin, cmax
 
     def add_range(self, summary: Optional[tuple]) -> None:
         if summary is None:
@@ -152,30 +159,9 @@ class _Accumulator:
         """Counts of one sample's |x| in ``bins`` bins over [0, absmax] (absmax: the range pass's)."""
         if self.lo is None or self.hist is None:
             return None
-        absmax = max(abs(self.lo), abs(self.hi))
-        if absmax <= 0:
-            counts = np.zeros(self.bins, np.int64)
-            counts[0] = x.size
-            return counts
-        # bin = floor(|x| * float32(bins / absmax)) in float32 as always, the top edge (|x| == absmax)
-        # folded into the last bin: the counts of a clipped int64 index array. Chunk by chunk through
-        # two small buffers that stay in the CPU cache: 4x faster than whole-tensor temporaries. The
-        # index buffer is int32 (values 0..bins): float32 -> int32 truncates in SIMD where float32 ->
-        # int64 does not, 15 % less time on PP-OCRv4 det's activations, the same counts.
-        k = np.float32(self.bins / absmax)
-        flat = x.reshape(-1)
-        step = min(HIST_CHUNK, flat.size)
-        scaled, index = np.empty(step, np.float32), np.empty(step, np.int32)
-        counts = np.zeros(self.bins + 1, np.int64)
-        for start in range(0, flat.size, step):
-            part = flat[start:start + step]
-            y, i = scaled[: part.size], index[: part.size]
-            np.abs(part, out=y)
-            np.multiply(y, k, out=y)
-            i[...] = y                      # truncation toward zero, as astype
-            counts += np.bincount(i, minlength=self.bins + 1)
-        counts[self.bins - 1] += counts[self.bins:].sum()
-        return counts[: self.bins]
+        from bpuemu.host.quant import kernels
+
+        return kernels.histogram(x, max(abs(self.lo), abs(self.hi)), self.bins)
 
     def add_hist(self, counts: Optional[np.ndarray]) -> None:
         if counts is not None:
@@ -202,7 +188,7 @@ class StatisticsCollector:
         self.bins = bins
         self.histograms = histograms
         self.augmented: Optional[onnx.ModelProto] = None
-        self._acc = {t: _Accumulator(bins, histograms, per_channel) for t in self.tensors}
+        self._acc = {t: _Accumulator(bins, histograms, per_channel, t) for t in self.tensors}
 
     def augment_graph(self) -> onnx.ModelProto:
         self.augmented = with_outputs(self.model, self.tensors, self.infos)

@@ -77,7 +77,7 @@ def test_base_install_is_the_board_dependency_set():
     deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
     names = {re.split(r"[<>=!~\[ ;]", d, maxsplit=1)[0].lower() for d in deps}
     assert set(BOARD_DEPS) <= names
-    assert not names & {"onnx", "paramiko", "pyyaml", "schema", "pillow", "matplotlib"}, names
+    assert not names & {"onnx", "paramiko", "pyyaml", "schema", "pillow", "matplotlib", "numba"}, names
 
 
 def test_runs_as_non_root_with_healthcheck_and_port():

@@ -52,7 +52,7 @@ EM_AARCH64 = 183  # ELF e_machine
 #: The sample's float Softmax tail runs onnxruntime's CPU kernel, whose exp differs by CPU
 #: (AVX2 vs NEON): measured 1-2 ULP. Every integer tensor must still be bit-identical.
 MAX_FLOAT_TAIL_ULP = 4
-HOST_ONLY_DISTS = ("onnx", "paramiko", "pyyaml", "matplotlib", "pillow", "schema")
+HOST_ONLY_DISTS = ("onnx", "paramiko", "pyyaml", "matplotlib", "pillow", "schema", "numba", "llvmlite")
 INSTALL_DIR = "/tmp/bpuemu-install"
 
 TIMES: Dict[str, float] = {}

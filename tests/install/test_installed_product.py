@@ -163,7 +163,7 @@ def test_board_and_verifier_from_the_wheel(host_venv, project, daemon_in, tmp_pa
 
 def test_board_venv_runs_the_bin_without_host_packages(board_venv, project, daemon_in, tmp_path):
     python = str(board_venv.bin / "python")
-    for host_only in ("onnx", "paramiko", "yaml"):
+    for host_only in ("onnx", "paramiko", "yaml", "numba"):
         proc = subprocess.run([python, "-c", f"import {host_only}"], capture_output=True, env=board_venv.env, timeout=60)
         assert proc.returncode != 0, f"{host_only} is installed in the board venv"
     model = str(project["bin"])

@@ -1,0 +1,127 @@
+"""The calibration statistics' two reductions, compiled: each activation value is read once.
+
+``ranges``: the minimum and maximum of a float32 tensor along axis 1 of its
+(N, C, rest) view (one channel when there is no axis 1), in one read.
+``histogram``: the counts of |x| in ``bins`` bins over [0, absmax], the bin of a
+value being the truncation of the float32 product ``|x| * float32(bins /
+absmax)`` with the top edge (|x| == absmax) in the last bin: the numpy
+formula ``(np.abs(x) * k).astype(np.int32)`` clipped to ``bins - 1``, value
+for value (tests/host/test_stat_kernels.py checks both against numpy on real
+activations and on edge cases).
+
+They are numba functions compiled on their first call (``nogil``: two sample
+workers count side by side; ``cache``: the machine code is kept on disk, in
+``__pycache__`` beside this file or, when that is not writable (a system-wide
+install), in numba's user-wide cache, ``~/.cache/numba``), so a machine pays
+the compile once, about 1 s, not once per process. Import this module only
+where it is used (``statistics``): importing numba takes about 0.5 s.
+
+How the work is done, and why (measured on PP-OCRv4 det 640x640: 94 M values a
+sample over 189 tensors, one core):
+- ranges: the float32 bits are compared as int32 keys (``bits ^ ((bits >> 31) &
+  0x7fffffff)`` orders as the floats do, with -0.0 below +0.0 and NaN beyond
+  +-inf), which LLVM vectorises; its float min/max it does not (NaN
+  semantics), not even with fastmath. About 0.06 s a sample, what reading the
+  values costs (``a.max()``: 0.33 ns a value), and what numpy's min then max
+  cost too (the second read finds the row in the CPU cache).
+- histogram: the indices of 2048 values at a time (vectorised), then counted
+  into 4 sub-histograms in turn, so that runs of values in one bin do not wait
+  on each other's stores; unsigned indices (no negative-index check). About
+  1.1 ns a value, 0.1 s a sample against numpy's 0.317 s (abs, multiply,
+  truncate, np.bincount: 3.4 ns a value).
+"""
+from typing import Optional, Tuple
+
+import numpy as np
+from numba import njit
+
+#: Values whose bin indices are computed before they are counted (an 8 KB buffer).
+_BLOCK = 2048
+#: Sub-histograms counted in turn.
+_SUB = 4
+#: Values counted per kernel call: the sub-histograms' uint32 counts cannot overflow.
+_CALL = 1 << 30
+
+@njit(nogil=True, cache=True)
+def _range_keys(v, lo, hi):  # pragma: no cover -- runs compiled
+    """v: the int32 bits of a float32 (N, C, R) tensor; lo, hi: (C,) int32 order keys, updated."""
+    m = np.int32(0x7FFFFFFF)
+    s = np.int32(31)
+    for i in range(v.shape[0]):
+        for j in range(v.shape[1]):
+            row = v[i, j]
+            a = lo[j]
+            b = hi[j]
+            for t in range(row.size):
+                bits = row[t]
+                key = np.int32(bits ^ ((bits >> s) & m))
+                a = np.int32(min(a, key))
+                b = np.int32(max(b, key))
+            lo[j] = a
+            hi[j] = b
+
+
+@njit(nogil=True, cache=True)
+def _count(flat, k, last, counts):  # pragma: no cover -- runs compiled
+    """flat: float32 values; counts: (_SUB * (last + 1),) uint32, updated."""
+    n = flat.size
+    idx = np.empty(_BLOCK, np.uint32)
+    stride = np.uint32(counts.size // _SUB)
+    one = np.uint32(1)
+    for start in range(0, n, _BLOCK):
+        w = min(n, start + _BLOCK) - start
+        for t in range(w):
+            y = abs(flat[start + t]) * k       # float32 x float32, rounded as numpy does
+            y = y if y < last else last        # the top edge into the last bin (NaN too)
+            idx[t] = np.uint32(np.int32(y))    # truncation toward zero
+        full = w - w % _SUB
+        for t in range(0, full, _SUB):
+            for u in range(_SUB):
+                counts[np.uint32(u) * stride + idx[t + u]] += one
+        for t in range(full, w):
+            counts[idx[t]] += one
+
+
+def _floats(keys: np.ndarray) -> np.ndarray:
+    """float32 values of int32 order keys (the key map is its own inverse)."""
+    keys = keys.astype(np.int32)
+    return (keys ^ ((keys >> 31) & 0x7FFFFFFF)).view(np.float32)
+
+
+def ranges(x: np.ndarray, per_channel: bool = True) -> Optional[Tuple[float, float, Optional[np.ndarray], Optional[np.ndarray]]]:
+    """(min, max, per-channel min, per-channel max) of ``x`` as float32 values; the per-channel
+    ones along axis 1 of the (N, C, rest) view, or None when ``per_channel`` is False or ``x`` has
+    fewer than 2 axes. None for an empty tensor. A NaN or an infinity makes min or max non-finite
+    (the caller refuses it). Of equal zeros, -0.0 is the smaller."""
+    x = np.ascontiguousarray(x, dtype=np.float32)
+    if x.size == 0:
+        return None
+    channels = per_channel and x.ndim >= 2
+    v = x.reshape(x.shape[0], x.shape[1], -1) if channels else x.reshape(1, 1, -1)
+    lo = np.full(v.shape[1], np.iinfo(np.int32).max, np.int32)
+    hi = np.full(v.shape[1], np.iinfo(np.int32).min, np.int32)
+    _range_keys(v.view(np.int32), lo, hi)
+    cmin, cmax = _floats(lo), _floats(hi)
+    gmin, gmax = _floats(lo.min(keepdims=True))[0], _floats(hi.max(keepdims=True))[0]
+    if not channels:
+        return float(gmin), float(gmax), None, None
+    return float(gmin), float(gmax), cmin, cmax
+
+
+def histogram(x: np.ndarray, absmax: float, bins: int) -> np.ndarray:
+    """int64 counts of |x| in ``bins`` bins over [0, absmax] (see the module's docstring); every value
+    in bin 0 when ``absmax`` is 0 or so small that float32(bins / absmax) overflows (every
+    threshold of such a tensor is below params.MIN_THRESHOLD anyway)."""
+    flat = np.ascontiguousarray(x, dtype=np.float32).reshape(-1)
+    with np.errstate(over="ignore", divide="ignore"):
+        k = np.float32(bins / absmax) if absmax > 0 else np.float32(np.inf)
+    out = np.zeros(bins, np.int64)
+    if not np.isfinite(k):
+        out[0] = flat.size
+        return out
+    last = np.float32(bins - 1)
+    for start in range(0, flat.size, _CALL):
+        counts = np.zeros(_SUB * bins, np.uint32)
+        _count(flat[start:start + _CALL], k, last, counts)
+        out += counts.reshape(_SUB, bins).sum(axis=0, dtype=np.int64)
+    return out

@@ -1,0 +1,203 @@
+"""The calibration statistics' compiled reductions (bpuemu.host.quant.kernels) count what numpy counts.
+
+The reference is the numpy formula the statistics used before the kernels (and that
+test_quant.py's ``_reference_stats`` still spells out): min/max of the (N, C, rest) view along
+axis 2 then 0, and a bin index ``(np.abs(x) * np.float32(bins / absmax)).astype(np.int32)``
+clipped to ``bins - 1``, counted with np.bincount. Real activations: every float tensor of
+PaddleOCR's direction classifier and PP-OCRv4 det (rapidocr-onnxruntime's wheel, fetched as
+test_real_models.py does) on text pages, each sample's own absmax (values on the top edge) and
+a wider one. The five artifacts of makertbin are compared with main's by hash in the change's
+report; here the statistics themselves, value for value.
+"""
+import numpy as np
+import onnx
+import pytest
+
+from bpuemu.common.errors import InvalidInput
+from bpuemu.host.onnxgraph import feed_for, open_session, tensor_infos, with_outputs
+from bpuemu.host.quant import kernels
+from bpuemu.host.quant.statistics import TensorStats, collect_statistics
+
+from makertbin_helpers import text_image
+
+BINS = 2048
+
+
+def numpy_ranges(x):
+    x = np.asarray(x, np.float32)
+    v = x.reshape(x.shape[0], x.shape[1], -1) if x.ndim >= 2 else x.reshape(1, 1, -1)
+    cmin, cmax = v.min(axis=2).min(axis=0), v.max(axis=2).max(axis=0)
+    return float(cmin.min()), float(cmax.max()), cmin, cmax
+
+
+def numpy_histogram(x, absmax, bins=BINS):
+    idx = (np.abs(np.asarray(x, np.float32).reshape(-1)) * np.float32(bins / absmax)).astype(np.int32)
+    return np.bincount(np.minimum(idx, bins - 1), minlength=bins).astype(np.int64)
+
+
+def assert_same_ranges(x):
+    lo, hi, cmin, cmax = kernels.ranges(x)
+    rlo, rhi, rcmin, rcmax = numpy_ranges(x)
+    assert (lo, hi) == (rlo, rhi)
+    if np.ndim(x) < 2:                  # no axis 1: no per-channel ranges
+        assert cmin is None and cmax is None
+        return
+    assert cmin.dtype == rcmin.dtype == np.float32
+    assert np.array_equal(cmin, rcmin) and np.array_equal(cmax, rcmax)
+
+
+@pytest.fixture(scope="module")
+def activations():
+    """name -> list of two samples' float activations (every float tensor), for cls and det 160x160."""
+    from bpuemu.host.samples.ocr.models import fetch
+
+    fetched = fetch()
+    out = {}
+    rng = np.random.default_rng(11)
+    for name, (h, w) in {"cls": (48, 192), "det": (160, 160)}.items():
+        model = onnx.load(fetched[name])
+        infos = tensor_infos(model)
+        names = [t for n in model.graph.node for t in n.output if t in infos and infos[t].is_float]
+        sess = open_session(with_outputs(model, names, infos))
+        runs = []
+        for _ in range(2):
+            page = text_image(h, w, rng)[..., ::-1].transpose(2, 0, 1)[None].astype(np.float32)
+            runs.append(sess.run(names, feed_for(sess, {"x": (page / 255 - 0.5) / 0.5})))
+        out[name] = {t: [r[k] for r in runs] for k, t in enumerate(names)}
+    return out
+
+
+@pytest.mark.parametrize("model", ["cls", "det"])
+def test_ranges_and_histograms_equal_numpy_on_real_activations(activations, model):
+    tensors = activations[model]
+    assert len(tensors) > 50
+    on_edge = 0
+    for t, samples in tensors.items():
+        if samples[0].size == 0:
+            assert kernels.ranges(samples[0]) is None
+            continue
+        wide = max(float(np.abs(x).max()) for x in samples) * 1.5
+        for x in samples:
+            assert_same_ranges(x)
+            absmax = float(np.abs(x).max())
+            if absmax == 0:
+                continue
+            on_edge += int(np.count_nonzero(np.abs(x) == absmax))
+            for a in (absmax, wide):
+                assert np.array_equal(kernels.histogram(x, a, BINS), numpy_histogram(x, a)), t
+    assert on_edge >= 2 * len(tensors)       # every sample's absmax is on the top edge
+
+
+def test_edge_cases_equal_numpy():
+    rng = np.random.default_rng(5)
+    x = rng.standard_normal((2, 5, 3 * 2048 + 7)).astype(np.float32)   # several blocks, a remainder of 4
+    absmax = float(np.abs(x).max())
+    x[0, 1, :4] = [absmax, -absmax, 0.0, -0.0]
+    cases = [
+        x,
+        x.transpose(0, 2, 1),                                   # not contiguous
+        x[:, ::2, 1::3],                                        # strided
+        x.astype(np.float64), x.astype(np.float16),             # counted as float32, as the statistics always did
+        x[0, 0],                                                # one axis: no channels
+        np.float32(3.5) * np.ones((1, 1), np.float32),
+        np.zeros((1, 4, 3), np.float32),
+        -np.zeros((1, 4, 3), np.float32),
+        np.full((3, 2, 5), -2.0, np.float32),
+        np.array([[1e-40, -3e-39]], np.float32),                # subnormals
+        np.array([[np.finfo(np.float32).max, -np.finfo(np.float32).max, 1.0]], np.float32),
+    ]
+    for c in cases:
+        assert_same_ranges(c)
+        a = float(np.abs(np.asarray(c, np.float32)).max())
+        with np.errstate(over="ignore"):
+            counted = a > 0 and np.isfinite(np.float32(BINS / a))
+        if counted:
+            for scale in (1.0, 1.0000001, 3.0):
+                assert np.array_equal(kernels.histogram(c, a * scale, BINS), numpy_histogram(c, a * scale)), c.shape
+    # Without per-channel ranges: the whole tensor's.
+    assert kernels.ranges(x, per_channel=False) == (float(x.min()), float(x.max()), None, None)
+
+
+def test_empty_zero_and_tiny_tensors():
+    assert kernels.ranges(np.zeros((1, 3, 0), np.float32)) is None
+    assert not kernels.histogram(np.zeros((0,), np.float32), 1.0, BINS).any()
+    # All zero (absmax 0) and an absmax so small that float32(bins / absmax) overflows: bin 0.
+    for x, absmax in ((np.zeros((1, 2, 3), np.float32), 0.0), (np.array([1e-45, -1e-45, 0], np.float32), 1e-45)):
+        h = kernels.histogram(x, absmax, BINS)
+        assert h[0] == x.size and h.sum() == x.size
+    # Of equal zeros, -0.0 is the smaller: the values numpy gives, with a sign that does not
+    # depend on where the zeros are (numpy's does).
+    lo, hi, cmin, cmax = kernels.ranges(np.array([[0.0, -0.0], [-0.0, 0.0]], np.float32))
+    assert np.signbit(lo) and not np.signbit(hi) and np.signbit(cmin).all() and not np.signbit(cmax).any()
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -np.nan])
+def test_a_nan_or_an_infinity_is_refused_naming_the_tensor(bad):
+    x = np.ones((1, 2, 4, 4), np.float32)
+    x[0, 1, 2, 3] = bad
+    lo, hi, _, _ = kernels.ranges(x)
+    assert not (np.isfinite(lo) and np.isfinite(hi))
+    from onnx import TensorProto, helper
+
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 4, 4])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+    samples = [{"x": np.ones_like(x)}, {"x": x}]
+    with pytest.raises(InvalidInput, match="tensor 'x' has NaN or infinite values"):
+        collect_statistics(model, ["x"], samples, tensor_infos(model))
+    if np.isnan(bad):   # y = Relu(x) carries the NaN; Relu(-inf) = 0 does not carry an infinity
+        with pytest.raises(InvalidInput, match="tensor 'y' has NaN or infinite values"):
+            collect_statistics(model, ["y"], samples, tensor_infos(model))
+
+
+def test_tensor_stats_of_one_array_are_the_numpy_ones():
+    x = np.random.default_rng(9).standard_normal((1, 3, 40, 40)).astype(np.float32)
+    st = TensorStats.of(x)
+    lo, hi, cmin, cmax = numpy_ranges(x)
+    assert (st.min, st.max) == (lo, hi) and np.array_equal(st.channel_min, cmin) and np.array_equal(st.channel_max, cmax)
+    assert np.array_equal(st.hist, numpy_histogram(x, max(abs(lo), abs(hi)))) and st.count == x.size
+
+
+def numpy_kernels_ranges(x, per_channel=True):
+    """kernels.ranges as the statistics computed it with numpy before the kernels."""
+    x = np.asarray(x, np.float32)
+    if x.size == 0:
+        return None
+    if per_channel and x.ndim >= 2:
+        return numpy_ranges(x)
+    return float(x.min()), float(x.max()), None, None
+
+
+def numpy_kernels_histogram(x, absmax, bins):
+    if absmax <= 0:
+        h = np.zeros(bins, np.int64)
+        h[0] = x.size
+        return h
+    return numpy_histogram(x, absmax, bins)
+
+
+@pytest.mark.parametrize("name", ["sample", "cls", "det"])
+def test_artifacts_are_those_of_the_numpy_statistics(tmp_path, monkeypatch, name):
+    """makertbin (calibration_type default, 20 samples, statistics cache off) writes the same five
+    files byte for byte, and the same cosine table, with the kernels as with the numpy formulas
+    they replace."""
+    from bpuemu.host.mapper.makertbin import makertbin_from_config
+    from bpuemu.host.samples.ocr.models import fetch
+
+    from test_real_models import MODELS, _project
+
+    monkeypatch.setenv("BPUEMU_CALIBRATION_CACHE", "off")
+    cfg = _project(tmp_path, {m: p for m, p in fetch().items() if m in MODELS}, name)
+    files, cosines = [], []
+    for numpy_path in (False, True):
+        if numpy_path:
+            monkeypatch.setattr(kernels, "ranges", numpy_kernels_ranges)
+            monkeypatch.setattr(kernels, "histogram", numpy_kernels_histogram)
+        art = makertbin_from_config(cfg)
+        paths = [art.original, art.optimized, art.calibrated, art.quantized, art.bin]
+        files.append([open(p, "rb").read() for p in paths])
+        cosines.append((art.cosines, art.output_cosines))
+    for p, a, b in zip(paths, *files):
+        assert a == b, f"{p} differs"
+    assert cosines[0] == cosines[1]
