@@ -162,7 +162,6 @@ from typing import Optional
 import numpy as np
 
 from bpuemu.board.client import BoardClient
-from bpuemu.common.wire import send_parts
 from bpuemu.board.runtime import PerfConfig, Runtime, run_perf
 from bpuemu.board.runtime.sessions import session_options
 from bpuemu.host.samples.daemon import start_daemon
@@ -392,13 +391,13 @@ def latency_stages(board, sha, x, calls) -> dict:
         t1 = time.perf_counter()
         if cpus:
             os.sched_setaffinity(0, (channel._getcpu(),))
-        send_parts(channel.sock, parts, deadline)
+        channel.writer.send(parts, deadline)
         t2 = time.perf_counter()
         kind, payload = channel.reader.frame(deadline)
         t3 = time.perf_counter()
         if cpus:
             os.sched_setaffinity(0, cpus)
-        result = channel.replies.parse(payload, copy=len(payload) <= channel.reader.keep_bytes)
+        result = channel.replies.parse(payload, copy=len(payload) <= channel.reader.keep_bytes)  # as _DataChannel
         t4 = time.perf_counter()
         for k, v in zip(times, (t1 - t0, t2 - t1, t3 - t2, t4 - t3, result.latency_ms[0] / 1e3)):
             times[k].append(v * 1e6)

@@ -51,6 +51,7 @@ from bpuemu.common.wire import (
     CHANNEL_OPTIONS,
     ERROR,
     FrameReader,
+    FrameWriter,
     HELLO,
     HELLO_OK,
     REPLY,
@@ -59,7 +60,6 @@ from bpuemu.common.wire import (
     is_loopback_address,
     join_target,
     pack_frame,
-    send_parts,
     split_target,
 )
 from bpuemu.board.messages import (
@@ -138,6 +138,7 @@ class _DataChannel:
             # Replies under ZERO_COPY_BYTES are read into one kept buffer (their tensors are copied out);
             # larger ones into their own, which the outputs view.
             self.reader = FrameReader(self.sock, keep_bytes=ZERO_COPY_BYTES - 1)
+            self.writer = FrameWriter(self.sock)
             kind, payload = self.reader.frame(time.monotonic() + self.CONNECT_TIMEOUT_S)
             payload = bytes(payload)
         except BaseException:
@@ -157,11 +158,11 @@ class _DataChannel:
         if self.keep_cpu:
             kind, payload = self._on_this_cpu(parts, deadline)
         else:
-            send_parts(self.sock, parts, deadline)
+            self.writer.send(parts, deadline)
             kind, payload = self.reader.frame(deadline)
         if kind == REPLY:
             try:
-                return self.replies.parse(payload, copy=len(payload) <= self.reader.keep_bytes), None
+                return self.replies.parse(payload, len(payload) < ZERO_COPY_BYTES), None
             except (ValueError, DecodeError) as exc:
                 raise ConnectionError(f"malformed reply: {exc}") from None
         if kind == ERROR:
@@ -187,7 +188,7 @@ class _DataChannel:
                     os.sched_setaffinity(0, (cls._getcpu(),))
                 else:
                     cpus = None
-            send_parts(self.sock, parts, deadline)
+            self.writer.send(parts, deadline)
             return self.reader.frame(deadline)
         finally:
             if cpus is not None:

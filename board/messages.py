@@ -191,7 +191,7 @@ class RequestFrames:
                 pieces += _tensor_pieces(_INPUTS, n, a)
             heads = _frame_heads(INFER, pieces)
             _keep(self._forms, key, heads)
-        return _interleave(heads, [tensor_data(a) for a in arrays if a.nbytes])
+        return _interleave(heads, [a if a.flags.c_contiguous else tensor_data(a) for a in arrays if a.nbytes])
 
 
 class ReplyFrames:
@@ -202,23 +202,28 @@ class ReplyFrames:
     def __init__(self):
         self._forms: dict = {}  # form -> the bytes around the latencies and the tensors' data
 
-    def parts(self, result: InferResult) -> list:
-        tensors = [(_OUTPUTS, n, np.asarray(a)) for n, a in result.outputs.items()]
+    def parts(self, result: InferResult) -> tuple:
+        """(the REPLY frame as buffers, its size in bytes)."""
+        tensors = [(_OUTPUTS, n, a if type(a) is np.ndarray else np.asarray(a)) for n, a in result.outputs.items()]
         if result.intermediates:
             tensors += [(_INTERMEDIATES, n, np.asarray(a)) for n, a in result.intermediates.items()]
-        frames = len(result.latency_ms)
-        key = (tuple([(f, n, a.dtype, a.shape) for f, n, a in tensors]), frames)
-        heads = self._forms.get(key)
-        if heads is None:
+        latency = result.latency_ms
+        key = (tuple([(f, n, a.dtype, a.shape) for f, n, a in tensors]), len(latency))
+        form = self._forms.get(key)
+        if form is None:
+            frames = len(latency)
             pieces = [_LATENCY_KEY + varint(8 * frames), 8 * frames] if frames else []
             for f, n, a in tensors:
                 pieces += _tensor_pieces(f, n, a)
             heads = _frame_heads(REPLY, pieces)
-            _keep(self._forms, key, heads)
-        varying = [tensor_data(a) for _, _, a in tensors if a.nbytes]
-        if frames:
-            varying.insert(0, struct.pack(f"<{frames}d", *result.latency_ms))
-        return _interleave(heads, varying)
+            size = sum(len(h) for h in heads) + 8 * frames + sum(a.nbytes for _, _, a in tensors)
+            form = heads, size, struct.Struct(f"<{frames}d") if frames else None
+            _keep(self._forms, key, form)
+        heads, size, doubles = form
+        varying = [a if a.flags.c_contiguous else tensor_data(a) for _, _, a in tensors if a.nbytes]
+        if doubles is not None:
+            varying.insert(0, doubles.pack(*latency))
+        return _interleave(heads, varying), size
 
 
 _LATENCY = board_pb2.InferReply.DESCRIPTOR.fields_by_name["latency_ms"].number
@@ -233,7 +238,8 @@ class _StreamParser:
     def __init__(self, message_class, tensor_fields: Sequence[int], packed_doubles: Optional[int] = None):
         self.message_class, self.tensor_fields, self.packed_doubles = message_class, tensor_fields, packed_doubles
         # size -> (the message without its tensors, [(start, stop, bytes)] around the varying parts,
-        #          [(field, name, start, stop, dtype, shape)] of the tensors, (start, count) of the doubles or None)
+        #          [(field, name, start, element count, dtype, shape)] of the tensors,
+        #          (start, their struct) of the doubles or None)
         self._forms: dict = {}
 
     def parse(self, view: memoryview, copy: bool) -> tuple:
@@ -246,14 +252,13 @@ class _StreamParser:
                 if bytes(view[start:stop]) != ref:  # a memoryview compares item by item: 3x slower
                     break
             else:
-                tensors = []
-                for field, name, start, stop, dtype, shape in layout:
-                    a = np.frombuffer(view[start:stop], dtype).reshape(shape)
-                    tensors.append((field, name, a.copy() if copy else a))
-                doubles = None
-                if packed is not None:
-                    doubles = list(struct.unpack_from(f"<{packed[1]}d", view, packed[0]))
-                return message, tensors, doubles
+                if copy:
+                    tensors = [(field, name, np.frombuffer(view, dtype, count, start).reshape(shape).copy())
+                               for field, name, start, count, dtype, shape in layout]
+                else:
+                    tensors = [(field, name, np.frombuffer(view, dtype, count, start).reshape(shape))
+                               for field, name, start, count, dtype, shape in layout]
+                return message, tensors, None if packed is None else list(packed[1].unpack_from(view, packed[0]))
         return self._full(view, copy)
 
     def _full(self, view: memoryview, copy: bool) -> tuple:
@@ -262,7 +267,7 @@ class _StreamParser:
         for field in self.tensor_fields:
             for t, start, stop in where[field]:
                 a = from_wire(t, view[start:stop])
-                layout.append((field, t.name, start, stop, a.dtype, a.shape))
+                layout.append((field, t.name, start, a.size, a.dtype, a.shape))
                 tensors.append((field, t.name, a.copy() if copy else a))
                 varying.append((start, stop))
         doubles = packed = None
@@ -273,7 +278,7 @@ class _StreamParser:
                 return message, tensors, doubles  # not one packed field: parsed, not kept
             if doubles:
                 varying.append(found[0])
-                packed = (found[0][0], len(doubles))
+                packed = (found[0][0], struct.Struct(f"<{len(doubles)}d"))
         fixed, at = [], 0
         for start, stop in sorted(varying):
             if start > at:
@@ -308,7 +313,9 @@ class ReplyParser:
     def parse(self, buf, copy: bool) -> InferResult:
         """The InferResult of an encoded InferReply; ``copy``: its tensors own their data (else they view
         ``buf``, which they keep alive)."""
-        reply, tensors, latency = self._parser.parse(byte_view(buf), copy)
-        return InferResult(outputs={n: a for f, n, a in tensors if f == _OUTPUTS},
-                           intermediates={n: a for f, n, a in tensors if f == _INTERMEDIATES},
-                           latency_ms=latency if latency is not None else list(reply.latency_ms))
+        reply, tensors, latency = self._parser.parse(buf if type(buf) is memoryview and buf.format == "B"
+                                                     and buf.ndim == 1 else byte_view(buf), copy)
+        outputs, intermediates = {}, {}
+        for f, n, a in tensors:
+            (outputs if f == _OUTPUTS else intermediates)[n] = a
+        return InferResult(outputs, intermediates, latency if latency is not None else list(reply.latency_ms))

@@ -5,6 +5,7 @@ The messages themselves are defined in proto/bpuemu/board/v1/board.proto.
 import ipaddress
 import socket
 import ssl
+import sys
 import time
 from typing import Optional
 
@@ -151,19 +152,139 @@ def send_parts(sock, parts: list, deadline: float) -> None:
     if isinstance(sock, ssl.SSLSocket):
         send_all(sock, b"".join(parts), deadline)
         return
+    _send_rest(sock, parts, 0, deadline, None)
+
+
+def _send_rest(sock, parts: list, sent: int, deadline: float, clock: Optional["KernelClock"]) -> None:
+    """Send what follows the first ``sent`` bytes of ``parts`` by ``deadline``; ``clock``: the socket's kernel
+    clock for its sends (None: Python's socket timeout)."""
     views = [v for v in (memoryview(p).cast("B") for p in parts) if len(v)]
-    while views:
-        remaining = deadline - time.monotonic()
-        if remaining <= 0:
-            raise socket.timeout("deadline passed mid-send")
-        sock.settimeout(remaining)
-        sent = sock.sendmsg(views[:_MAX_IOV])
+    while True:
         while sent:
             if sent >= len(views[0]):
                 sent -= len(views.pop(0))
             else:
                 views[0] = views[0][sent:]
                 sent = 0
+        if not views:
+            return
+        if clock is None:
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                raise socket.timeout("deadline passed mid-send")
+            sock.settimeout(remaining)
+        else:
+            clock.arm(deadline)
+        try:
+            sent = sock.sendmsg(views[:_MAX_IOV])
+        except BlockingIOError:  # a kernel clock's timeout ran out with nothing sent
+            clock.expired(deadline)
+
+
+#: Seconds a read or a send may run past its deadline when the kernel keeps it (KernelClock).
+KERNEL_SLACK_S = 0.25
+_TIMEVAL = _struct.Struct("@ll")  # struct timeval: seconds, microseconds (Linux)
+
+
+class KernelClock:
+    """One direction's deadlines on a plain socket in blocking mode, kept by the kernel (SO_RCVTIMEO for its
+    reads or SO_SNDTIMEO for its sends): each recv or sendmsg is one system call, where a Python socket timeout
+    makes it three (settimeout's ioctl, a poll, the call itself).
+
+    The kernel's timeout bounds each call; the deadline, checked when it runs out, bounds them all (a
+    trickling peer gets no more time than with settimeout). It is set again only when it would end more
+    than KERNEL_SLACK_S past the deadline, so a stream of calls with deadlines of one length sets it once.
+    """
+
+    __slots__ = ("sock", "option", "armed")
+
+    def __init__(self, sock, option: int):
+        self.sock, self.option = sock, option
+        self.armed = 0.0  # the kernel's timeout now, seconds (0: none)
+
+    @classmethod
+    def of(cls, sock, option: str) -> Optional["KernelClock"]:
+        """A clock for ``sock`` (switched to blocking mode), or None for a socket that keeps Python's timeouts:
+        TLS (its reads and writes are the ssl module's), or a system other than Linux."""
+        if type(sock) is not socket.socket or not _KERNEL_TIMEOUTS:
+            return None
+        sock.settimeout(None)
+        return cls(sock, getattr(socket, option))
+
+    def arm(self, deadline: Optional[float]) -> None:
+        """Before a call: its kernel timeout ends by ``deadline`` (a time.monotonic() value; None: never)."""
+        if deadline is None:
+            if self.armed:
+                self._set(0.0)
+            return
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            raise socket.timeout("deadline passed")
+        if not self.armed or self.armed > remaining + KERNEL_SLACK_S:
+            self._set(remaining)
+
+    def expired(self, deadline: Optional[float]) -> None:
+        """After a call ran out of the kernel's time (EAGAIN): raise socket.timeout once ``deadline`` has
+        passed, else give the kernel what remains of it."""
+        remaining = None if deadline is None else deadline - time.monotonic()
+        if remaining is not None and remaining <= 0:
+            raise socket.timeout("deadline passed")
+        self._set(remaining or 0.0)
+
+    def read_into(self, view: memoryview, deadline: Optional[float]) -> None:
+        """read_into, with this clock."""
+        got, n = 0, len(view)
+        while got < n:
+            self.arm(deadline)
+            try:
+                k = self.sock.recv_into(view[got:], n - got, socket.MSG_WAITALL)
+            except BlockingIOError:
+                self.expired(deadline)
+                continue
+            if not k:
+                raise ConnectionError("connection closed mid-frame" if got else "connection closed")
+            got += k
+
+    def _set(self, seconds: float) -> None:
+        whole = int(seconds)
+        micro = int((seconds - whole) * 1e6)
+        if seconds and not whole and not micro:
+            micro = 1  # 0 would be no timeout at all
+        self.sock.setsockopt(socket.SOL_SOCKET, self.option, _TIMEVAL.pack(whole, micro))
+        self.armed = seconds
+
+
+_KERNEL_TIMEOUTS = sys.platform.startswith("linux") and hasattr(socket, "SO_RCVTIMEO")
+
+
+class FrameWriter:
+    """Sends the frames of one connection (each a list of buffers, as send_parts), by a deadline.
+
+    On a plain socket of this system a frame is usually one sendmsg: the deadline is kept by the kernel
+    (KernelClock) and the frame's size read from its header. Otherwise, and when the peer's buffer is full,
+    as send_parts.
+    """
+
+    def __init__(self, sock):
+        self.sock = sock
+        self._clock = KernelClock.of(sock, "SO_SNDTIMEO")
+
+    def send(self, parts: list, deadline: float) -> None:
+        """Send the frame ``parts`` (the first begins with the frame's header) by ``deadline``."""
+        clock = self._clock
+        if clock is None:
+            send_parts(self.sock, parts, deadline)
+            return
+        if len(parts) > _MAX_IOV:
+            _send_rest(self.sock, parts, 0, deadline, clock)
+            return
+        clock.arm(deadline)
+        try:
+            sent = self.sock.sendmsg(parts)
+        except BlockingIOError:
+            sent = 0
+        if sent < DATA_HEADER.size + DATA_HEADER.unpack_from(parts[0])[2]:  # the kernel's timeout ran out first
+            _send_rest(self.sock, parts, sent, deadline, clock)
 
 
 class FrameReader:
@@ -178,11 +299,15 @@ class FrameReader:
     reader, for frames of up to ``keep_bytes``; a larger frame gets a buffer of its own,
     which its caller may keep (views of it live on). The kept buffer grows to the
     largest frame it holds.
+
+    On a plain socket of this system (not TLS) the deadlines are kept by the kernel
+    (KernelClock): the socket is put in blocking mode and each read is one recv.
     """
 
     def __init__(self, sock, keep_bytes: int, size: int = 1 << 16):
         self.sock = sock
         self.keep_bytes = keep_bytes
+        self._clock = KernelClock.of(sock, "SO_RCVTIMEO")
         self._buf = bytearray(size)
         self._view = memoryview(self._buf)
         self._start = self._end = 0  # the unread bytes: self._buf[self._start:self._end]
@@ -203,7 +328,10 @@ class FrameReader:
             take = min(self._end - self._start, length)
             own[:take] = self._view[self._start:self._start + take]
             self._start += take
-            read_into(self.sock, memoryview(own)[take:], deadline)
+            if self._clock is None:
+                read_into(self.sock, memoryview(own)[take:], deadline)
+            else:
+                self._clock.read_into(memoryview(own)[take:], deadline)
             return memoryview(own)
         self._fill(length, deadline)
         view = self._view[self._start:self._start + length]
@@ -231,13 +359,23 @@ class FrameReader:
                 self._view = memoryview(self._buf)
             self._buf[:have] = unread
             self._start, self._end = 0, have
+        clock, wait = self._clock, 0
         while self._end - self._start < n:
-            if deadline is not None:
-                remaining = deadline - time.monotonic()
-                if remaining <= 0:
-                    raise socket.timeout("deadline passed mid-frame")
-                self.sock.settimeout(remaining)
-            k = self.sock.recv_into(self._view[self._end:])
+            if clock is None:
+                if deadline is not None:
+                    remaining = deadline - time.monotonic()
+                    if remaining <= 0:
+                        raise socket.timeout("deadline passed mid-frame")
+                    self.sock.settimeout(remaining)
+                k = self.sock.recv_into(self._view[self._end:])
+            else:  # what has come, and once that falls short, the rest in one call
+                clock.arm(deadline)
+                try:
+                    k = self.sock.recv_into(self._view[self._end:], wait, socket.MSG_WAITALL if wait else 0)
+                except BlockingIOError:  # the kernel's timeout ran out
+                    clock.expired(deadline)
+                    continue
+                wait = n - (self._end + k - self._start)
             if not k:
                 raise ConnectionError("connection closed mid-frame" if self._end > self._start else "connection closed")
             self._end += k

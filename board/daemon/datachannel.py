@@ -62,8 +62,7 @@ from google.protobuf.message import DecodeError
 
 from bpuemu.common.errors import BpuEmuError, InvalidInput
 from bpuemu.common.wire import (
-    ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, FrameReader, is_loopback_address, pack_frame, send_all,
-    send_parts,
+    ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, FrameReader, FrameWriter, is_loopback_address, pack_frame,
 )
 from bpuemu.board.messages import ReplyFrames, RequestParser
 from bpuemu.board.daemon.state import BoardState
@@ -98,6 +97,21 @@ def _peer_connected(sock) -> bool:
         return True
     except OSError:
         return False
+
+
+_TRACES = {}  # TRACE-TEMP
+def _trace_add(name, T):  # TRACE-TEMP
+    rows = _TRACES.setdefault(name, [])
+    rows.append(T)
+    if len(rows) % 1000 == 0:
+        import statistics
+        n = len(T)
+        names = ["", "place", "payload", "parse", "infer", "parts", "send"]
+        with open(f"/tmp/serve/trace_{name}_{os.getpid()}.txt", "a") as f:
+            f.write("frame %.0f; " % statistics.median(_TRACES["lat"][-1000:]))
+            f.write(f"{len(rows)}: " + ", ".join(
+                "%s %.1f/%.1f" % (names[i], statistics.median((r[i][0] - r[i-1][0]) / 1e3 for r in rows[-1000:] if len(r) == n),
+                                   statistics.median((r[i][1] - r[i-1][1]) / 1e3 for r in rows[-1000:] if len(r) == n)) for i in range(1, n)) + "\n")
 
 
 class _Handler(socketserver.BaseRequestHandler):
@@ -139,33 +153,45 @@ class _Handler(socketserver.BaseRequestHandler):
             # Requests up to REUSED_BUFFER_BYTES are read into one buffer the connection keeps (no allocation
             # per call); the inputs view it until the reply is sent.
             reader = FrameReader(sock, keep_bytes=REUSED_BUFFER_BYTES, size=4096)
+            writer = FrameWriter(sock)
             kind, token = reader.frame(deadline, max_bytes=4096)
             if kind != HELLO or not hmac.compare_digest(bytes(token), server.token):
-                send_all(sock, pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel"), deadline)
+                writer.send([pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel")],
+                            deadline)
                 return
-            send_all(sock, pack_frame(HELLO_OK), deadline)
+            writer.send([pack_frame(HELLO_OK)], deadline)
             requests, replies = RequestParser(), ReplyFrames()  # this connection's stream of calls
-            limits = server.state.limits
+            transfer_s, idle_s, infer = server.state.limits.transfer_s, server.idle_timeout_s, self._infer
             follow = server.cpus is not None and is_loopback_address(self.client_address[0])
             on_cpu = None  # the one CPU this thread runs on, while it follows its client's
+
+            def is_active():
+                return _peer_connected(sock)
+
             while True:
-                kind, length = reader.header(time.monotonic() + server.idle_timeout_s)
+                kind, length = reader.header(time.monotonic() + idle_s)
+                _T = [(time.perf_counter_ns(), time.thread_time_ns())]  # TRACE-TEMP
                 call_started = time.perf_counter()
                 if follow:
                     on_cpu = server.place(sock, on_cpu)
-                if length > MAX_MESSAGE_BYTES:
-                    raise ValueError(f"bad frame header ({length} bytes)")
-                if kind != INFER:
-                    send_all(sock, pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO"),
-                             time.monotonic() + limits.call_deadline_s)
+                if kind != INFER or length > MAX_MESSAGE_BYTES:
+                    if kind == INFER:
+                        raise ValueError(f"bad frame header ({length} bytes)")
+                    writer.send([pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO")],
+                                time.monotonic() + transfer_s(0))
                     return
-                payload = reader.payload(length, time.monotonic() + limits.transfer_s(length))
-                reply, code = self._infer(requests, replies, payload, lambda: _peer_connected(sock))
-                size = sum(memoryview(p).nbytes for p in reply)
-                send_parts(sock, reply, time.monotonic() + limits.transfer_s(size))
+                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
+                payload = reader.payload(length, time.monotonic() + transfer_s(length))
+                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
+                reply, size, code = infer(requests, replies, payload, is_active, _T)
+                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
+                writer.send(reply, time.monotonic() + transfer_s(size))
+                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
                 del payload, reply  # nothing views the kept buffer when the next request comes into it
-                server.count_call(code, call_started)
+                if server.metrics is not None:
+                    server.count_call(code, call_started)
                 call_started = None
+                _trace_add("board", _T)  # TRACE-TEMP
         except socket.timeout:  # a deadline passed: the connection goes, the daemon serves on
             if call_started is not None:
                 log.info("data channel from %s closed: a call not done within its deadline (--call-deadline %g s "
@@ -181,8 +207,8 @@ class _Handler(socketserver.BaseRequestHandler):
             if sock is not self.request:
                 sock.close()
 
-    def _infer(self, requests: RequestParser, replies: ReplyFrames, payload: memoryview, is_active) -> tuple:
-        """(the reply frame as buffers for send_parts, its status name).
+    def _infer(self, requests: RequestParser, replies: ReplyFrames, payload: memoryview, is_active, _T=None) -> tuple:
+        """(the reply frame as buffers for FrameWriter.send, its size in bytes, its status name).
 
         The inputs are viewed in the received buffer and the outputs sent from their own
         memory (bpuemu.board.messages.RequestParser, ReplyFrames): no copy of a tensor in Python.
@@ -192,15 +218,19 @@ class _Handler(socketserver.BaseRequestHandler):
                 request, inputs = requests.parse(payload)
             except (ValueError, DecodeError) as exc:
                 raise InvalidInput(f"the infer request is not a valid InferRequest: {exc}") from None
+            _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
             result = self.server.state.infer(request.sha256, request.model_name, inputs,
                                              request.frame_count, request.dump_intermediate, is_active)
-            return replies.parts(result), "OK"
+            _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
+            _TRACES.setdefault("lat", []).append(result.latency_ms[0] * 1e3)  # TRACE-TEMP
+            return (*replies.parts(result), "OK")
         except BpuEmuError as exc:
-            return [pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())], exc.grpc_status
+            frame = pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())
+            return [frame], len(frame), exc.grpc_status
         except Exception as exc:  # a bug: report it like the gRPC interceptor does
             log.exception("data channel infer failed unexpectedly")
-            return [pack_frame(ERROR, f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}".encode())], \
-                "INTERNAL"
+            frame = pack_frame(ERROR, f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}".encode())
+            return [frame], len(frame), "INTERNAL"
 
 
 class DataChannelServer(socketserver.ThreadingTCPServer):

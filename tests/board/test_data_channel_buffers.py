@@ -25,7 +25,8 @@ from bpuemu.board.runtime.infer import InferResult
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.wire import (
-    DATA_HEADER, ERROR, HELLO, HELLO_OK, INFER, REPLY, FrameReader, pack_frame, read_frame, send_parts,
+    DATA_HEADER, ERROR, HELLO, HELLO_OK, INFER, KERNEL_SLACK_S, REPLY, FrameReader, FrameWriter, frame_parts,
+    pack_frame, read_frame, send_parts,
 )
 
 BIG = 224  # a 1x224x224x3 input: 150 KB, the size the issue measures
@@ -51,6 +52,14 @@ def _inputs(scale):
 
 def _joined(parts):
     return b"".join(bytes(p) for p in parts)
+
+
+def _reply_frame(frames, result):
+    """The REPLY frame ``frames`` (a ReplyFrames) sends for ``result``, joined; the size it gives is the frame's."""
+    parts, size = frames.parts(result)
+    frame = _joined(parts)
+    assert size == len(frame)
+    return frame
 
 
 def infer_request_parts(*args):
@@ -85,7 +94,7 @@ def test_reply_buffers_are_the_message_protobuf_encodes(scale):
     result = InferResult({"prob": rng.random((scale, 100, 10)).astype(np.float32), "n": np.arange(6).reshape(2, 3)},
                          {"inter": rng.integers(-128, 128, (2, 2), dtype=np.int8)}, [1.5, 2.5])
     want = infer_reply(result)
-    frame = _joined(ReplyFrames().parts(result))
+    frame = _reply_frame(ReplyFrames(), result)
     sent = frame[DATA_HEADER.size:]
     assert board_pb2.InferReply.FromString(sent) == want
     assert frame == pack_frame(REPLY, sent)
@@ -154,12 +163,15 @@ def test_a_malformed_large_request_is_invalid_argument_and_the_connection_serves
         s.close()
 
 
-def test_send_parts_sends_every_byte_in_order_when_the_kernel_takes_them_in_pieces():
+@pytest.mark.parametrize("sender", ["send_parts", "FrameWriter"])
+def test_send_parts_sends_every_byte_in_order_when_the_kernel_takes_them_in_pieces(sender):
     a, b = socket.socketpair()
     a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
     b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     big = np.random.default_rng(0).integers(0, 256, 1 << 20, dtype=np.uint8)
-    parts = [b"head", memoryview(big), b"", bytearray(b"middle"), memoryview(big[::-1].copy()), b"tail"]
+    # Arrays as they are (FrameWriter takes any buffer: the board sends onnxruntime's outputs so), views, bytes.
+    parts = [b"head", memoryview(big), b"", bytearray(b"middle"), big[::-1].copy().reshape(1024, 1024), b"tail"]
+    parts = frame_parts(REPLY, parts)  # a frame: FrameWriter reads its size from its header
     want = _joined(parts)
     got = bytearray()
 
@@ -171,12 +183,65 @@ def test_send_parts_sends_every_byte_in_order_when_the_kernel_takes_them_in_piec
     reader = threading.Thread(target=read)
     reader.start()
     try:
-        send_parts(a, parts, time.monotonic() + 60)
+        if sender == "send_parts":
+            send_parts(a, parts, time.monotonic() + 60)
+        else:
+            FrameWriter(a).send(parts, time.monotonic() + 60)
     finally:
         reader.join(60)
         a.close()
         b.close()
     assert bytes(got) == want
+
+
+def test_frame_writer_deadline_holds_for_a_peer_that_does_not_read():
+    """A peer that takes none of a frame: the send ends at its deadline (kept by the kernel on a plain socket),
+    not when the kernel's buffers free up; the same for a TLS-like socket that keeps Python's timeouts."""
+    a, b = socket.socketpair()
+    a.setsockopt(socket.SOL_SOCKET, socket.SO_SNDBUF, 4096)
+    b.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    frame = frame_parts(REPLY, [bytes(1 << 20)])
+    writer = FrameWriter(a)
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(socket.timeout):
+            writer.send(frame, time.monotonic() + 2.0)
+        assert 1.9 < time.monotonic() - t0 < 2.0 + KERNEL_SLACK_S + 1.0
+        t0 = time.monotonic()  # a second frame's deadline too: the kernel's timeout from the first does not last
+        with pytest.raises(socket.timeout):
+            writer.send(frame, time.monotonic() + 0.2)
+        assert time.monotonic() - t0 < 0.2 + KERNEL_SLACK_S + 1.0
+    finally:
+        a.close()
+        b.close()
+
+
+def test_frame_reader_deadline_holds_for_a_peer_that_trickles():
+    """Bytes that come one at a time, each well within the kernel's timeout for one read: the whole frame's
+    deadline still ends the read."""
+    a, b = socket.socketpair()
+    reader = FrameReader(b, keep_bytes=1000)
+    frame = pack_frame(REPLY, b"t" * 100)
+    stop = threading.Event()
+
+    def trickle():
+        for i in range(len(frame)):
+            if stop.wait(0.02):
+                return
+            a.send(frame[i:i + 1])
+
+    sender = threading.Thread(target=trickle)
+    sender.start()
+    try:
+        t0 = time.monotonic()
+        with pytest.raises(socket.timeout):  # the whole frame would take 2.2 s
+            reader.frame(time.monotonic() + 0.5)
+        assert time.monotonic() - t0 < 0.5 + KERNEL_SLACK_S + 0.5
+    finally:
+        stop.set()
+        sender.join()
+        a.close()
+        b.close()
 
 
 # --- a connection's stream of calls: the bytes around the data kept from the last call --------------------------
@@ -230,9 +295,9 @@ def test_reply_frames_and_parser_carry_each_reply_of_a_stream():
                                             ([3.5, 1.0], True), ([], False), ([5.5], False), ([6.5], False))):
         result = InferResult({"prob": rng.random((4, 10)).astype(np.float32), "n": np.arange(6).reshape(2, 3) + i},
                              {"inter": rng.integers(-128, 128, (2, 2), dtype=np.int8)} if inter else {}, latencies)
-        frame = _joined(frames.parts(result))
+        frame = _reply_frame(frames, result)
         encoded = frame[DATA_HEADER.size:]
-        assert frame == _joined(ReplyFrames().parts(result))  # as a fresh connection's first reply
+        assert frame == _reply_frame(ReplyFrames(), result)  # as a fresh connection's first reply
         assert board_pb2.InferReply.FromString(encoded) == infer_reply(result)
         buf[:len(encoded)] = encoded  # each reply into the same buffer, as the client's reader does
         got = parser.parse(memoryview(buf)[:len(encoded)], copy=True)
