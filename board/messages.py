@@ -238,27 +238,38 @@ class _StreamParser:
     def __init__(self, message_class, tensor_fields: Sequence[int], packed_doubles: Optional[int] = None):
         self.message_class, self.tensor_fields, self.packed_doubles = message_class, tensor_fields, packed_doubles
         # size -> (the message without its tensors, [(start, stop, bytes)] around the varying parts,
-        #          [(field, name, start, element count, dtype, shape)] of the tensors,
+        #          [(field, name, start, dtype, shape)] of the tensors,
         #          (start, their struct) of the doubles or None)
         self._forms: dict = {}
+        # (view, message, fixed, tensors) of the last message parsed without copies: a reader that reads each
+        # call into the same place of its buffer gives the same view (FrameReader.payload), whose arrays stay.
+        self._last: Optional[tuple] = None
 
     def parse(self, view: memoryview, copy: bool) -> tuple:
         """(the message without its tensors, [(field, name, array)], the packed doubles or None).
-        ``copy``: the arrays own their data (else they view ``view``)."""
-        form = self._forms.get(len(view))
-        if form is not None:
-            message, fixed, layout, packed = form
-            for start, stop, ref in fixed:
+        ``copy``: the arrays own their data, all in one copy of ``view`` (else they view ``view``)."""
+        last = self._last
+        if last is not None and last[0] is view:
+            for start, stop, ref in last[2]:
                 if bytes(view[start:stop]) != ref:  # a memoryview compares item by item: 3x slower
                     break
             else:
-                if copy:
-                    tensors = [(field, name, np.frombuffer(view, dtype, count, start).reshape(shape).copy())
-                               for field, name, start, count, dtype, shape in layout]
-                else:
-                    tensors = [(field, name, np.frombuffer(view, dtype, count, start).reshape(shape))
-                               for field, name, start, count, dtype, shape in layout]
-                return message, tensors, None if packed is None else list(packed[1].unpack_from(view, packed[0]))
+                return last[1], last[3], None  # a message with doubles is not kept so
+        form = self._forms.get(len(view))
+        if form is not None:
+            message, fixed, layout, packed = form
+            data = bytearray(view) if copy else view
+            for start, stop, ref in fixed:
+                if data[start:stop] != ref:
+                    break
+            else:
+                tensors = [(field, name, np.ndarray(shape, dtype, data, start))
+                           for field, name, start, dtype, shape in layout]
+                if packed is not None:
+                    return message, tensors, list(packed[1].unpack_from(data, packed[0]))
+                if not copy:
+                    self._last = (view, message, fixed, tensors)
+                return message, tensors, None
         return self._full(view, copy)
 
     def _full(self, view: memoryview, copy: bool) -> tuple:
@@ -267,7 +278,7 @@ class _StreamParser:
         for field in self.tensor_fields:
             for t, start, stop in where[field]:
                 a = from_wire(t, view[start:stop])
-                layout.append((field, t.name, start, a.size, a.dtype, a.shape))
+                layout.append((field, t.name, start, a.dtype, a.shape))
                 tensors.append((field, t.name, a.copy() if copy else a))
                 varying.append((start, stop))
         doubles = packed = None
@@ -296,12 +307,28 @@ class RequestParser:
 
     def __init__(self):
         self._parser = _StreamParser(board_pb2.InferRequest, (_INPUTS,))
+        self._call: Optional[tuple] = None  # (request, its tensors, call) of the last call
 
     def parse(self, buf) -> tuple:
         """(the InferRequest without its inputs, the inputs viewed in ``buf``); ValueError or DecodeError
         for a malformed request."""
-        request, tensors, _ = self._parser.parse(byte_view(buf), copy=False)
+        flat = type(buf) is memoryview and buf.format == "B" and buf.ndim == 1  # a reader's payload, as it is
+        request, tensors, _ = self._parser.parse(buf if flat else byte_view(buf), copy=False)
         return request, [a for _, _, a in tensors]
+
+    def call(self, buf) -> tuple:
+        """(sha256, model_name, frame_count, dump_intermediate, inputs) of an encoded InferRequest, as parse
+        reads it; a call read into the same place as the last one, of its form, gets the same tuple (its
+        inputs view the new data)."""
+        flat = type(buf) is memoryview and buf.format == "B" and buf.ndim == 1
+        request, tensors, _ = self._parser.parse(buf if flat else byte_view(buf), copy=False)
+        last = self._call
+        if last is not None and last[0] is request and last[1] is tensors:
+            return last[2]
+        call = (request.sha256, request.model_name, request.frame_count, request.dump_intermediate,
+                [a for _, _, a in tensors])
+        self._call = (request, tensors, call)
+        return call
 
 
 class ReplyParser:

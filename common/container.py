@@ -65,15 +65,20 @@ def select_model(models: Mapping[str, T], name: Optional[str], where: str) -> T:
     """The model called ``name`` among ``models`` (found in ``where``); with no
     name, the only one. A name that is not there, or no name when there are
     several, is a NotFound naming the models there are."""
-    names = ", ".join(models) or "none"
     if not name:
         if len(models) != 1:
-            raise NotFound(f"{len(models)} models in {where} ({names}); choose one by name", subject="model_name")
+            raise NotFound(f"{len(models)} models in {where} ({_names(models)}); choose one by name",
+                           subject="model_name")
         return next(iter(models.values()))
     try:
         return models[name]
     except KeyError:
-        raise NotFound(f"model '{name}' is not in {where} (models there: {names})") from None
+        raise NotFound(f"model '{name}' is not in {where} (models there: {_names(models)})") from None
+
+
+def _names(models: Mapping) -> str:
+    """The models' names for an error (only then: this is on every infer call's path)."""
+    return ", ".join(models) or "none"
 
 
 def sha256_hex(data: bytes) -> str:

@@ -311,6 +311,7 @@ class FrameReader:
         self._buf = bytearray(size)
         self._view = memoryview(self._buf)
         self._start = self._end = 0  # the unread bytes: self._buf[self._start:self._end]
+        self._payload, self._payload_at = None, 0  # the last payload's view of the kept buffer, and where
 
     def header(self, deadline: Optional[float] = None) -> tuple:
         """(kind, payload length) of the next frame; raises ValueError on a wrong magic."""
@@ -334,8 +335,14 @@ class FrameReader:
                 self._clock.read_into(memoryview(own)[take:], deadline)
             return memoryview(own)
         self._fill(length, deadline)
-        view = self._view[self._start:self._start + length]
+        start = self._start
         self._start += length
+        view = self._payload
+        if view is None or start != self._payload_at or length != len(view):
+            # A new place: a view made for it. A stream of calls of one size reads each into the same place
+            # (the buffer's front) and gets the same view object (a parser may keep what it made of it).
+            view = self._payload = self._view[start:start + length]
+            self._payload_at = start
         return view
 
     def frame(self, deadline: Optional[float] = None, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple:
@@ -357,6 +364,7 @@ class FrameReader:
             if DATA_HEADER.size + n > len(self._buf):  # room for the next such frame, header and all, from the front
                 self._buf = bytearray(max(DATA_HEADER.size + n, 2 * len(self._buf)))
                 self._view = memoryview(self._buf)
+                self._payload = None
             self._buf[:have] = unread
             self._start, self._end = 0, have
         clock, wait = self._clock, 0

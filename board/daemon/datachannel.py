@@ -99,21 +99,6 @@ def _peer_connected(sock) -> bool:
         return False
 
 
-_TRACES = {}  # TRACE-TEMP
-def _trace_add(name, T):  # TRACE-TEMP
-    rows = _TRACES.setdefault(name, [])
-    rows.append(T)
-    if len(rows) % 1000 == 0:
-        import statistics
-        n = len(T)
-        names = ["", "place", "payload", "parse", "infer", "parts", "send"]
-        with open(f"/tmp/serve/trace_{name}_{os.getpid()}.txt", "a") as f:
-            f.write("frame %.0f; " % statistics.median(_TRACES["lat"][-1000:]))
-            f.write(f"{len(rows)}: " + ", ".join(
-                "%s %.1f/%.1f" % (names[i], statistics.median((r[i][0] - r[i-1][0]) / 1e3 for r in rows[-1000:] if len(r) == n),
-                                   statistics.median((r[i][1] - r[i-1][1]) / 1e3 for r in rows[-1000:] if len(r) == n)) for i in range(1, n)) + "\n")
-
-
 class _Handler(socketserver.BaseRequestHandler):
     server: "DataChannelServer"
 
@@ -170,7 +155,6 @@ class _Handler(socketserver.BaseRequestHandler):
 
             while True:
                 kind, length = reader.header(time.monotonic() + idle_s)
-                _T = [(time.perf_counter_ns(), time.thread_time_ns())]  # TRACE-TEMP
                 call_started = time.perf_counter()
                 if follow:
                     on_cpu = server.place(sock, on_cpu)
@@ -180,18 +164,13 @@ class _Handler(socketserver.BaseRequestHandler):
                     writer.send([pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO")],
                                 time.monotonic() + transfer_s(0))
                     return
-                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
                 payload = reader.payload(length, time.monotonic() + transfer_s(length))
-                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
-                reply, size, code = infer(requests, replies, payload, is_active, _T)
-                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
+                reply, size, code = infer(requests, replies, payload, is_active)
                 writer.send(reply, time.monotonic() + transfer_s(size))
-                _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
                 del payload, reply  # nothing views the kept buffer when the next request comes into it
                 if server.metrics is not None:
                     server.count_call(code, call_started)
                 call_started = None
-                _trace_add("board", _T)  # TRACE-TEMP
         except socket.timeout:  # a deadline passed: the connection goes, the daemon serves on
             if call_started is not None:
                 log.info("data channel from %s closed: a call not done within its deadline (--call-deadline %g s "
@@ -207,7 +186,7 @@ class _Handler(socketserver.BaseRequestHandler):
             if sock is not self.request:
                 sock.close()
 
-    def _infer(self, requests: RequestParser, replies: ReplyFrames, payload: memoryview, is_active, _T=None) -> tuple:
+    def _infer(self, requests: RequestParser, replies: ReplyFrames, payload: memoryview, is_active) -> tuple:
         """(the reply frame as buffers for FrameWriter.send, its size in bytes, its status name).
 
         The inputs are viewed in the received buffer and the outputs sent from their own
@@ -215,14 +194,10 @@ class _Handler(socketserver.BaseRequestHandler):
         """
         try:
             try:
-                request, inputs = requests.parse(payload)
+                sha, model_name, frame_count, dump_intermediate, inputs = requests.call(payload)
             except (ValueError, DecodeError) as exc:
                 raise InvalidInput(f"the infer request is not a valid InferRequest: {exc}") from None
-            _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
-            result = self.server.state.infer(request.sha256, request.model_name, inputs,
-                                             request.frame_count, request.dump_intermediate, is_active)
-            _T.append((time.perf_counter_ns(), time.thread_time_ns()))  # TRACE-TEMP
-            _TRACES.setdefault("lat", []).append(result.latency_ms[0] * 1e3)  # TRACE-TEMP
+            result = self.server.state.infer(sha, model_name, inputs, frame_count, dump_intermediate, is_active)
             return (*replies.parts(result), "OK")
         except BpuEmuError as exc:
             frame = pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())
