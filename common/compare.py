@@ -32,7 +32,7 @@ agreement rate (fraction of equal elements) replaces the cosine.
 the direction that is better.
 """
 from dataclasses import asdict, dataclass
-from typing import Dict, Iterable, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, List, Optional, Sequence
 
 import numpy as np
 
@@ -55,22 +55,25 @@ def _sums(x: np.ndarray, y: np.ndarray):
     return tuple(float(np.einsum("i,i->", u, v, dtype=np.float64)) for u, v in ((x, x), (y, y), (x, y)))
 
 
-def cosine_similarity(a, b) -> float:
+def cosine_similarity(a, b, sums: Optional[Callable] = None) -> float:
     """Cosine of the angle between two tensors (flattened, common prefix, NaNs skipped).
 
     1.0 when both are all zeros (they agree); 0.0 when exactly one is (by
     definition: no direction to compare, see DESIGN.md on blank inputs).
+    ``sums(x, y)``: what computes x.x, y.y and x.y of the flattened tensors in float64
+    (default: numpy's einsum; the host's cosine table passes a compiled one).
     """
     x, y = np.asarray(a).reshape(-1), np.asarray(b).reshape(-1)
     n = min(x.size, y.size)
     x, y = x[:n], y[:n]
-    xx, yy, xy = _sums(x, y)
+    sums = sums or _sums
+    xx, yy, xy = sums(x, y)
     # A NaN in either tensor makes xx or yy NaN: only then look for the NaNs and sum without them
     # (the same sums as masking first, without the masks' passes over every pair of tensors).
     if (np.isnan(xx) or np.isnan(yy) or np.isnan(xy)) and (x.dtype.kind in "fc" or y.dtype.kind in "fc"):
         nan = np.isnan(x) | np.isnan(y)
         if nan.any():
-            xx, yy, xy = _sums(x[~nan], y[~nan])
+            xx, yy, xy = sums(x[~nan], y[~nan])
     if xx == 0.0 and yy == 0.0:
         return 1.0
     if xx == 0.0 or yy == 0.0:

@@ -26,6 +26,7 @@ from bpuemu.host.onnxgraph import (
     DQ, Q, GraphIndex, Parts, constants_to_initializers, convert_opset, default_opset, feed_for, graph_inputs, has_qdq,
     name_nodes, open_parted, sample_workers, tensor_infos, with_outputs,
 )
+from bpuemu.host.onnxgraph.parts import tensor_bytes
 from bpuemu.host.quant.graph import (
     INT16_OPSET, MIN_OPSET, LoadedQuant, LoadedWeight, float_outputs, prepare_model, strip_qdq,
 )
@@ -472,6 +473,22 @@ def _part_values(runner, names: Sequence[str], sample: Sample):
         yield dict(zip(names, runner.run(names, feed)))
 
 
+#: Bytes of float tensors the cosine table compares (over all its samples) from which its node
+#: cosines are compiled (``cosine_kernel``: about 3 ns a value less than numpy's einsum, and
+#: importing numba costs 0.3-0.5 s): PP-OCRv4 det at 320x320 and up with 16 samples (1.5 GB at
+#: 320, 6 GB at 640), not PP-OCR cls or the sample CNN.
+COMPILED_FROM = 800 << 20
+
+
+def _node_cosine(compared_bytes: int) -> Callable[[np.ndarray, np.ndarray], float]:
+    """The cosine the table computes for ``compared_bytes`` of tensors: compiled from COMPILED_FROM on."""
+    if compared_bytes < COMPILED_FROM:
+        return cosine
+    from bpuemu.host.quant.cosine_kernel import compiled_cosine
+
+    return compiled_cosine
+
+
 def similarity(
     float_model: onnx.ModelProto,
     quantized_model: onnx.ModelProto,
@@ -504,12 +521,13 @@ def similarity(
     fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
     qs = open_parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos)
     compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
+    node_cosine = _node_cosine(sum(tensor_bytes(f_infos.get(ft)) or 0 for ft, _ in compared) * len(samples))
 
     def node_cosines_of(fv, qv, keys) -> List[float]:
         out = []
         for ft, qt in keys:
             qnode = compared[(ft, qt)]
-            out.append(cosine(fv[ft], qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])))
+            out.append(node_cosine(fv[ft], qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])))
         return out
 
     # One sample at a time, part by part (onnxgraph.Parts: the float and the quantized model each cut
