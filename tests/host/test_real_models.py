@@ -208,3 +208,33 @@ def test_compiled_node_cosines_print_the_same_table(tmp_path, rapidocr_models, m
         assert compiled_art.cosines[k] == pytest.approx(v, abs=1e-12), k
     assert compiled_art.output_cosines == numpy_art.output_cosines
     assert files[0] == files[1]
+
+
+@pytest.mark.parametrize("name", ["cls", "det"])
+def test_default_search_opens_each_candidate_once_beside_the_scoring(tmp_path, rapidocr_models, monkeypatch, name):
+    """The default search makes each candidate's quantized model and opens its session once, on its own
+    thread while the sample workers score the earlier candidates, and keeps it open until the
+    candidate's last sample (a session's tensors live in the shared arena between runs)."""
+    import threading
+
+    from bpuemu.host.quant import search
+
+    cfg = _project(tmp_path, rapidocr_models, name)
+    opened, results = [], []
+    original_session, original_search = search.Evaluator.session, search.default_search
+
+    def session(self, model):
+        opened.append(threading.current_thread().name)
+        return original_session(self, model)
+
+    def spy(*a, **k):
+        results.append(original_search(*a, **k))
+        return results[-1]
+
+    monkeypatch.setattr(search.Evaluator, "session", session)
+    monkeypatch.setattr(search, "default_search", spy)
+    makertbin_from_config(cfg)
+    (result,) = results
+    assert len(opened) == len(result.candidates) >= 3, (opened, [c.samples for c in result.candidates])
+    assert all(t.startswith("bpuemu-open") for t in opened), opened
+    assert sum(c.samples for c in result.candidates) > len(result.candidates) * search.SCORE_STEP   # scored in turns
