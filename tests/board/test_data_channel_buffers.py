@@ -263,6 +263,28 @@ def test_request_frames_of_a_stream_are_each_calls_own_message(scale):
         frames.parts("ab" * 32, "", [np.zeros(4, dtype=object)])
 
 
+def test_request_frames_of_one_form_in_a_row_are_each_calls_own_message():
+    """Calls with C-contiguous inputs of one form in a row (the usual stream: the last call's bytes reused as
+    they are), then calls that differ from the last in one thing only: each frame is the call's own message."""
+    frames = RequestFrames()
+    rng = np.random.default_rng(7)
+    x = rng.integers(0, 256, (1, 8, 8, 3), dtype=np.uint8)
+    names = ["a"]
+    calls = [("ab" * 32, "m", [x], names), ("ab" * 32, "m", [x + 1], names), ("ab" * 32, "m", [x + 2], names),
+             ("ab" * 32, "m", [x.astype(np.int8)], names),            # another dtype, the same shape and bytes
+             ("ab" * 32, "m", [x.reshape(1, 3, 8, 8)], names),        # another shape, the same size
+             ("ab" * 32, "n", [x.reshape(1, 3, 8, 8)], names),        # another model name of the same length
+             ("ab" * 32, "n", [x.reshape(1, 3, 8, 8)], names),        # names: the same list, changed in place
+             ("ab" * 32, "n", [x[:, ::2]], names)]                    # not C-contiguous
+    for i, (sha, name, inputs, input_names) in enumerate(calls):
+        if i == 6:
+            names[0] = "b"
+        args = (sha, name, inputs, tuple(input_names), False, 1, 0)
+        frame = _joined(frames.parts(sha, name, inputs, input_names))
+        assert board_pb2.InferRequest.FromString(frame[DATA_HEADER.size:]) == infer_request(*args), i
+        assert frame == _joined(RequestFrames().parts(*args)), i
+
+
 @pytest.mark.parametrize("scale", [1, 40])
 def test_request_parser_reads_each_request_of_a_stream_as_protobuf_does(scale):
     parser = RequestParser()
@@ -292,16 +314,21 @@ def test_reply_frames_and_parser_carry_each_reply_of_a_stream():
     kept = []
     # Runs of replies of one form (the latencies and the data differ), then of another.
     for i, (latencies, inter) in enumerate((([1.5], False), ([2.25], False), ([0.5], False), ([3.0, 4.0], True),
-                                            ([3.5, 1.0], True), ([], False), ([5.5], False), ([6.5], False))):
-        result = InferResult({"prob": rng.random((4, 10)).astype(np.float32), "n": np.arange(6).reshape(2, 3) + i},
-                             {"inter": rng.integers(-128, 128, (2, 2), dtype=np.int8)} if inter else {}, latencies)
+                                            ([3.5, 1.0], True), ([], False), ([5.5], False), ([6.5], False),
+                                            ([7.5], False), ([8.5], False), ([9.5], False))):
+        n = np.arange(6).reshape(2, 3) + i
+        if i >= 8:  # one thing unlike the last reply: the dtype, then the shape, then the name (the same size)
+            n = n.astype(np.int32) if i == 8 else n.reshape(3, 2)
+        outputs = {"prob": rng.random((4, 10)).astype(np.float32), "n" if i < 10 else "m": n}
+        result = InferResult(outputs, {"inter": rng.integers(-128, 128, (2, 2), dtype=np.int8)} if inter else {},
+                             latencies)
         frame = _reply_frame(frames, result)
         encoded = frame[DATA_HEADER.size:]
         assert frame == _reply_frame(ReplyFrames(), result)  # as a fresh connection's first reply
         assert board_pb2.InferReply.FromString(encoded) == infer_reply(result)
         buf[:len(encoded)] = encoded  # each reply into the same buffer, as the client's reader does
         got = parser.parse(memoryview(buf)[:len(encoded)], copy=True)
-        assert got.latency_ms == latencies and list(got.outputs) == ["prob", "n"]
+        assert got.latency_ms == latencies and list(got.outputs) == list(outputs)
         assert list(got.intermediates) == list(result.intermediates)
         kept.append((result, got))
     for result, got in kept:  # copies: the later replies read into the buffer did not change them
