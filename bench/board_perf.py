@@ -102,6 +102,44 @@ Measured (2026-12-01, 2 cores shared with three other engineers; `--rounds 5`):
   second 0.859, 0.851, 0.850 (so of the 0.37 ms of CPU a remote frame costs
   over a local one, about 0.2 is the board's and 0.17 the client's, on the
   same two cores).
+- 2 and 5 after issue 17's per-call work (each infer call one recv and one
+  sendmsg on each end, the deadlines kept by the kernel; the reply sent from
+  onnxruntime's arrays; a request read where the last one was reuses its
+  input arrays): three consecutive runs, `--rounds 5`, 00:10:53-00:13:25 UTC
+  (Dec 2), load 1.5 -> 1.4, nothing else timed; main ad98b83: data channel
+  over local 0.266 [-0.335-0.359], 0.294 [0.185-0.484], 0.384 [0.262-0.476]
+  ms against goals of 0.255, 0.253, 0.255 (met in 2, 1, 0 of 5 rounds: not
+  met); each end on any CPU 0.372, 0.663, 0.772; TCP to a busy server (no
+  Python) 0.203, 0.226, 0.265; CPU per infer over a local frame's 0.214,
+  0.347, 0.388 ms; stages encode 11, send 44-45, parse 35-36, wait - run
+  159-162 us. Two clients 0.807 [0.740-0.957], 0.795 [0.689-0.865], 0.749
+  [0.665-0.876] wall (goal 0.9: not met); per CPU second 0.807, 0.831, 0.763;
+  per board CPU second 0.888, 0.909, 0.834. This bench cannot run the code
+  before a change beside it (one process, one bpuemu); a probe that can
+  (the same calls through the code before, from a copy of main, and after,
+  in alternating processes; 00:13-00:15 UTC, load 1.3-1.7): two clients'
+  frames per CPU second 0.777 and 0.761 before, 0.820 and 0.828 after (wall
+  0.757, 0.752 vs 0.801, 0.810); the board's CPU outside a lone call's frame
+  171 and 137 vs 153 and 127 us.
+- Where a lone data channel call's CPU went, before -> after (thread CPU of
+  each step, median of 3000 calls, load ~3; strace -c for the system calls).
+  The board: reading the request (its wake-up and the recv of 150 KB) 29 ->
+  27-29 us, placing it on the client's CPU 6 -> 6, parsing it 14.6 -> 7.3,
+  its job slot, counters and result around the frame 44 -> 37, the reply's
+  buffers 31.6 -> 20.3, sending them 40.7 -> 32.3; 7 system calls a call ->
+  3 (recv, sendmsg, getsockopt SO_INCOMING_CPU: no settimeout ioctl and poll
+  before each read and send). The client: encode 27 -> 24, send 61 -> 53,
+  the wait's own CPU 42 -> 40, parse 56 -> 44; 9 system calls -> 5 (sendmsg,
+  recv, three for keeping the thread on its CPU). What is left is mostly
+  the kernel's (the sends and the wake-ups: ~0.15 ms of the ~0.3 a remote
+  frame costs over a local one) and Python run cold after each 1.4 ms
+  frame: the same parse, encode and reply functions take 3-7 us hot and
+  15-55 us here, so what one fewer step saves is small. Tried and dropped:
+  the reply and the request reusing the last call's frame bytes after
+  checking each array's dtype by identity (about 1 us: the check costs what
+  the dictionary lookup did); the two clients' threads each kept on a CPU of
+  their own with the board following both connections (frames per CPU
+  second 0.799 and 0.808 vs 0.777 and 0.801 beside it: within the noise).
 - Where the idle machine's time went before: this VM's cpuidle driver is
   haltpoll with guest_halt_poll_ns=0, so a core that idles halts at once and
   waking it is a trip through the hypervisor. A blocking call has each end
