@@ -106,7 +106,7 @@ Measured (2026-12-01, 2 cores shared with three other engineers; `--rounds 5`):
   sendmsg on each end, the deadlines kept by the kernel; the reply sent from
   onnxruntime's arrays; a request read where the last one was reuses its
   input arrays): three consecutive runs, `--rounds 5`, 00:10:53-00:13:25 UTC
-  (Dec 2), load 1.5 -> 1.4, nothing else timed; main ad98b83: data channel
+  (Dec 2), load 1.5 -> 1.4, nothing else timed; main dec7749: data channel
   over local 0.266 [-0.335-0.359], 0.294 [0.185-0.484], 0.384 [0.262-0.476]
   ms against goals of 0.255, 0.253, 0.255 (met in 2, 1, 0 of 5 rounds: not
   met); each end on any CPU 0.372, 0.663, 0.772; TCP to a busy server (no
