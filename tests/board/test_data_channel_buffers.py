@@ -307,6 +307,35 @@ def test_request_parser_reads_each_request_of_a_stream_as_protobuf_does(scale):
         parser.parse(memoryview(bytearray(encoded[:-1])))  # cut short: the same length no more, parsed in full
 
 
+def test_request_parser_reads_requests_read_into_one_place_and_elsewhere():
+    """The board's stream of calls: requests of one size read by a FrameReader into the same place (the same
+    view each time: the parser keeps the arrays it made of it), with other data and other fields of the same
+    length; between them, one of the same size elsewhere. Each is read as protobuf reads it."""
+    a, b = socket.socketpair()
+    reader, parser = FrameReader(b, keep_bytes=1 << 20), RequestParser()
+    rng = np.random.default_rng(11)
+    seen = []
+    try:
+        for i, (name, frames) in enumerate((("m", 1), ("m", 1), ("m", 1), ("m", 1), ("n", 1), ("n", 2), ("n", 2),
+                                            ("n", 2))):
+            args = ("ab" * 32, name, [rng.integers(0, 256, (1, 30, 40, 3), dtype=np.uint8)], ("x",), False, frames, 0)
+            frame = _joined(RequestFrames().parts(*args))
+            if i in (2, 7):  # the same size and form as the last call, elsewhere: a buffer of its own
+                payload = memoryview(bytearray(frame[DATA_HEADER.size:]))
+            else:
+                a.sendall(frame)
+                kind, payload = reader.frame(time.monotonic() + 10)
+                seen.append(payload)
+            sha, got_name, got_frames, dump, got = parser.call(payload)  # as the data channel reads a request
+            want = infer_request(*args)
+            assert (sha, got_name, got_frames, dump) == ("ab" * 32, name, frames, False), i
+            assert len(got) == 1 and np.array_equal(got[0], request_inputs(want)[0]), i
+        assert all(v is seen[0] for v in seen[1:])  # the reader gave the same view each time
+    finally:
+        a.close()
+        b.close()
+
+
 def test_reply_frames_and_parser_carry_each_reply_of_a_stream():
     rng = np.random.default_rng(5)
     frames, parser = ReplyFrames(), ReplyParser()
