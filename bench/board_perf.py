@@ -190,7 +190,6 @@ import os
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
@@ -629,9 +628,16 @@ def main():
     ap.add_argument("--runtime-only", action="store_true", help="only 4, runtime vs onnxruntime (no daemon)")
     args = ap.parse_args()
     logging.getLogger().setLevel(logging.ERROR)
-
-    load_start = load_average()
     work = tempfile.mkdtemp(prefix="bpuemu-bench-")
+    try:
+        measure(args, work)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def measure(args, work: str) -> None:
+    """Every section of the bench, its models, daemons' stores and logs under ``work``."""
+    load_start = load_average()
     model = os.path.join(work, "m.bin")
     qonnx = os.path.join(work, "m_quantized_model.onnx")
     sample_bin(model, "rgb", "NHWC", args.size, args.size, quantized_path=qonnx)
