@@ -130,6 +130,24 @@ peak 614 / 665 / 520 MB (the rerun's figure is above the first run's in the benc
 forked children, VmHWM was 632 MB computing the statistics and 529 MB reading them). Where a det 320
 rerun's 9.6 s go (cProfile): the cosine table 4.8 s, the search 2.9 s (scoring candidates; reading
 the entry and hashing the samples take milliseconds), the rest 1.9 s.
+
+Each makertbin side also prints where its wall time went: per stage, the median over the rounds of
+makertbin's own stage clock (``Artifacts.stages``, logged as ``time by stage: ...``; ``stages_line``):
+statistics, search, cosine table, emit/compile and the rest, each with the cores it kept busy (CPU /
+wall). On a det 640 x 100 rerun before the changes below (load 1.7-2.1): statistics 0.31 s (0.94
+cores), search 7.80 s (1.67), cosine table 9.12 s (1.67), emit/compile 0.40 s, the rest 1.52 s (one
+core: reading the 100 calibration files 0.6 s, the optimizer 0.4 s). Two changes since, measured
+with ``bench/rerun_ab.py`` (both checkouts in one run, fresh processes alternating, 3 rounds each,
+00:29-00:33 UTC 2 Dec, load 1.6-2.1; wall from the process's imports on): median 20.55 -> 16.36 s,
+CPU 32.0 -> 25.6 s, the same cosine table and artifacts. The cosine table's node cosines are summed
+by a compiled kernel (``host/quant/cosine_kernel.py``, 1.1 instead of 4.1-4.7 ns a value: 9.12 ->
+6.86 s, 15.3 -> 10.7 CPU s); the default search opens each candidate's session once, on a thread
+of its own beside the scoring, instead of 15 times one after the other between runs (7.80 -> 6.21 s,
+1.85 cores). What is left of a rerun is onnxruntime's runs: the search's 40 quantized runs (0.24 s
+each) and 16 float references, the table's 16 float and 16 quantized runs with every node out (0.17
+and 0.25 s each). Not done: two table samples at once on the two cores (one A/B: no wall gain
+measurable at load 3, +330 MB); the search's float references taken from the table's float runs (the
+table runs after the search, and its runs with every node out would have to be kept: 16 x 376 MB).
 PP-OCRv4 det 640 x 100, ``--models det --det-size 640 --samples 100 --rounds 1 --timing-only --sides
 default,default-rerun,MinMax``, started at load 0.6 after the soak ended (20:06 UTC, nothing else
 running): default 65.2 s, default-rerun 17.2 s, MinMax 30.7 s: 2.12 and 0.56; peak 2507 / 2457 /
