@@ -435,22 +435,23 @@ class _Captured(Exception):
 
 
 def statistics_floor(yaml_path: str, measured: int = 8) -> Dict[str, float]:
-    """What the exact calibration statistics cost at least on this machine, per sample, in CPU seconds.
+    """What the exact calibration statistics cost on this machine, per sample, in CPU seconds.
 
     makertbin (calibration_type default) runs until the calibration asks for its statistics; with
     what it asks for (the plan's float model, the tensors, the calibration feeds), one thread
-    times on the first ``measured`` samples (after one untimed run): the float model's run with
-    every one of those tensors as an output (``run``, one whole session, no parts), the range
-    reduction (``ranges``: min, max, per-channel min/max, as ``statistics._Accumulator``) and the
-    2048-bin histogram counting (``hist``). Exact statistics need the ranges before the histogram
-    (its bins span [0, absmax] of all samples), so two runs per sample: the floor is
-    ``samples x (2 x run + ranges + hist) / cores``; one run per sample would be the floor of a
-    one-pass histogram that is no longer exact.
+    times on the first ``measured`` samples (after one untimed run, which also loads the compiled
+    kernels): the float model's run with every one of those tensors as an output (``run``, one
+    whole session, no parts), the range reduction (``ranges``: min, max, per-channel min/max) and
+    the 2048-bin histogram counting (``hist``), both as the statistics compute them
+    (``statistics._Accumulator``, ``bpuemu.host.quant.kernels``). Exact statistics need the
+    ranges before the histogram (its bins span [0, absmax] of all samples), so two runs per
+    sample: the floor is ``samples x (2 x run + ranges + hist) / cores``; one run per sample
+    would be the floor of a one-pass histogram that is no longer exact.
     """
     import bpuemu.host.quant.api as qapi
     from bpuemu.host.onnxgraph import feed_for, open_session, with_outputs
     from bpuemu.host.quant.statcache import ENV
-    from bpuemu.host.quant.statistics import _Accumulator
+    from bpuemu.host.quant.statistics import TensorStats, _Accumulator
 
     captured = {}
 
@@ -475,7 +476,10 @@ def statistics_floor(yaml_path: str, measured: int = 8) -> Dict[str, float]:
     accs = {t: _Accumulator(captured["bins"]) for t in names}
     k = max(1, min(measured, len(samples)))
     feeds = [feed_for(sess, s) for s in samples[:k]]
-    sess.run(names, feeds[0])                           # first-call costs, untimed
+    first = sess.run(names, feeds[0])                   # first-call costs, untimed
+    accs[names[0]].range_of(first[0])                   # the kernels compiled or read from numba's cache
+    TensorStats.of(first[0])
+    del first
     run = ranges = hist = 0.0
     values = 0
     for feed in feeds:
@@ -500,13 +504,15 @@ def statistics_floor(yaml_path: str, measured: int = 8) -> Dict[str, float]:
 
 
 def floor_line(floor: Dict[str, float], minmax_wall: float, cores: int) -> str:
-    """The exact statistics' floor against onnxruntime MinMax's whole wall time (see statistics_floor)."""
+    """The exact statistics' cost per sample, and its floor on ``cores`` against onnxruntime MinMax's whole
+    wall time (see statistics_floor)."""
     n = floor["samples"]
     two = n * (2 * floor["run"] + floor["ranges"] + floor["hist"]) / cores
     one = n * (floor["run"] + floor["ranges"] + floor["hist"]) / cores
-    return (f"exact statistics floor ({floor['tensors']} tensors, {floor['values'] / 1e6:.0f} M values a sample; CPU s a "
+    return (f"exact statistics' cost ({floor['tensors']} tensors, {floor['values'] / 1e6:.0f} M values a sample; CPU s a "
             f"sample over {floor['measured']} samples, one thread): run with every tensor out {floor['run']:.3f}, "
-            f"ranges {floor['ranges']:.3f}, histogram {floor['hist']:.3f}; x {n} samples / {cores} cores: two runs a "
+            f"ranges {floor['ranges']:.3f}, histogram {floor['hist']:.3f} (compiled kernels); its floor x {n} samples / "
+            f"{cores} cores: two runs a "
             f"sample (exact) {two:.1f} s = {two / minmax_wall:.2f} x MinMax's whole {minmax_wall:.1f} s; one run a "
             f"sample {one:.1f} s = {one / minmax_wall:.2f} x; the statistics alone, before the search, the cosine "
             f"table and the compile")
