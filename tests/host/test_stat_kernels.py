@@ -201,3 +201,26 @@ def test_artifacts_are_those_of_the_numpy_statistics(tmp_path, monkeypatch, name
     for p, a, b in zip(paths, *files):
         assert a == b, f"{p} differs"
     assert cosines[0] == cosines[1]
+
+
+def test_the_kernels_compile_once_per_machine(tmp_path):
+    """The first process compiles the kernels and keeps them in numba's cache (here a fresh
+    NUMBA_CACHE_DIR: where they go without it, beside the module or in ~/.cache/numba, is numba's
+    choice); the next process reads them from there instead of compiling."""
+    import os
+    import subprocess
+    import sys
+
+    script = ("import numpy as np\n"
+              "from bpuemu.host.quant import kernels\n"
+              "x = np.arange(24, dtype=np.float32).reshape(2, 3, 4)\n"
+              "kernels.ranges(x); kernels.histogram(x, 23.0, 2048)\n"
+              "print(sum(len(f.stats.cache_hits) for f in (kernels._range_keys, kernels._count)),\n"
+              "      sum(len(f.stats.cache_misses) for f in (kernels._range_keys, kernels._count)))\n")
+    env = dict(os.environ, NUMBA_CACHE_DIR=str(tmp_path / "numba"))
+    runs = [subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=300)
+            for _ in range(2)]
+    assert all(r.returncode == 0 for r in runs), [r.stderr for r in runs]
+    (hits1, misses1), (hits2, misses2) = (map(int, r.stdout.split()) for r in runs)
+    assert (hits1, misses1) == (0, 2) and (hits2, misses2) == (2, 0)
+    assert any(f.suffix == ".nbc" for f in (tmp_path / "numba").rglob("*"))
