@@ -148,6 +148,10 @@ each) and 16 float references, the table's 16 float and 16 quantized runs with e
 and 0.25 s each). Not done: two table samples at once on the two cores (one A/B: no wall gain
 measurable at load 3, +330 MB); the search's float references taken from the table's float runs (the
 table runs after the search, and its runs with every node out would have to be kept: 16 x 376 MB).
+After them, ``--models det --det-size 640 --samples 100 --rounds 2 --timing-only --sides
+default-rerun,MinMax`` (00:39-00:43 UTC; round 1 shared the cores with other jobs' bursts, round 2
+had them alone): default-rerun 24.30 / 13.39 s, MinMax 46.75 / 32.99 s, 0.47 on the medians, 0.41 in
+the quiet round; peak 1538 / 2121 MB (751 MB of each the bench's own at fork).
 PP-OCRv4 det 640 x 100, ``--models det --det-size 640 --samples 100 --rounds 1 --timing-only --sides
 default,default-rerun,MinMax``, started at load 0.6 after the soak ended (20:06 UTC, nothing else
 running): default 65.2 s, default-rerun 17.2 s, MinMax 30.7 s: 2.12 and 0.56; peak 2507 / 2457 /
