@@ -43,16 +43,23 @@ saved 10 % CPU and moved 63 and 45 thresholds (KL up to 206 %).
 
 Where the time goes, PP-OCRv4 det at 640x640 (94 M activation values per
 sample over 189 tensors), CPU seconds per sample on one core: each pass's run
-with every tensor an output 0.155 (0.13 without the outputs); the ranges and
+with every tensor an output 0.155-0.177 (0.13 without the outputs); the ranges and
 the histogram are compiled kernels (``kernels``: each value read once, outside
 the GIL) with the counts numpy's formulas give: ranges about 0.06 (numpy's
 min then max: 0.064, the row still in the CPU cache for the second read), the
-histogram 0.11-0.16 (numpy's abs, multiply, truncate and np.bincount: 0.317,
+histogram 0.10-0.14 (numpy's abs, multiply, truncate and np.bincount: 0.317,
 3.4 ns a value, whatever the index type, ufunc.at or interleaved
 sub-histograms). Doing the reductions inside the onnxruntime graph instead
 (ReduceMin/ReduceMax, Mul -> Cast to int16 for the bins) was measured too: the
 same statistics and half the memory, but 0.25 and 0.23 s per run against 0.18,
 more than reducing them outside costs, so the tensors come out whole.
+
+With the kernels the two sample workers are threads that scale: the
+statistics of PP-OCRv4 det 640 x 20 took 6.2-6.4 s on two threads against
+12.5-14.5 s on one (forked processes, each with its own sessions, 6.6-7.0 s);
+with numpy's reductions (a Python loop over 16K-value chunks) two threads took
+12.6-14.4 s. On det 640 x 100 in makertbin: 29.0 s on 1.84 cores, at the
+floor of two runs and the kernels a sample (bench/convert.py).
 
 A NaN or an infinity in a calibrated tensor is refused (InvalidInput naming the
 tensor): no threshold can be derived from it (numpy's histogram failed on it
