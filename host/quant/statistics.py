@@ -137,7 +137,7 @@ class _Accumulator:
             return None
         lo, hi, cmin, cmax = r
         if not (np.isfinite(lo) and np.isfinite(hi)):
-            raise InvalidInput(f"calibration: tensor '{self.name}' has NaN or infinite values on a calibration sample",
+            raise InvalidInput(f"calibration: tensor '{self.name}' has NaN or infinite values",
                                hint="check the calibration data and its preprocessing (mean, scale, input type)")
         return lo, hi, x.size, cmin, cmax
 
@@ -211,17 +211,22 @@ class StatisticsCollector:
         names = self._run_names(samples)
         fed = [t for t in self.tensors if t not in names]
 
+        def summarised(i, items):
+            try:
+                return {t: summarise(self._acc[t], x) for t, x in items}
+            except InvalidInput as exc:
+                raise InvalidInput(f"{exc.message} on calibration sample {i + 1} of {len(samples)}", exc.hint) from None
+
         def per_part(i, values):      # a part's {name: value}, or the whole run's values in ``names`` order
-            items = values.items() if isinstance(values, dict) else zip(names, values)
-            return {t: summarise(self._acc[t], x) for t, x in items}
+            return summarised(i, values.items() if isinstance(values, dict) else zip(names, values))
 
         if names:
             for summary in imap_samples(sess, names, samples, per_part):
                 for t, value in summary.items():
                     add(self._acc[t], value)
-        for sample in samples:
-            for t in fed:
-                add(self._acc[t], summarise(self._acc[t], np.asarray(sample[t], dtype=np.float32)))
+        for i, sample in enumerate(samples):
+            for t, value in summarised(i, [(t, np.asarray(sample[t], dtype=np.float32)) for t in fed]).items():
+                add(self._acc[t], value)
 
     def session(self, samples):
         """What runs the augmented model: its parts (onnxgraph.Parts: one part's activations in

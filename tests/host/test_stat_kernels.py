@@ -144,10 +144,10 @@ def test_a_nan_or_an_infinity_is_refused_naming_the_tensor(bad):
                               [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 4, 4])])
     model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
     samples = [{"x": np.ones_like(x)}, {"x": x}]
-    with pytest.raises(InvalidInput, match="tensor 'x' has NaN or infinite values"):
+    with pytest.raises(InvalidInput, match="tensor 'x' has NaN or infinite values on calibration sample 2 of 2"):
         collect_statistics(model, ["x"], samples, tensor_infos(model))
     if np.isnan(bad):   # y = Relu(x) carries the NaN; Relu(-inf) = 0 does not carry an infinity
-        with pytest.raises(InvalidInput, match="tensor 'y' has NaN or infinite values"):
+        with pytest.raises(InvalidInput, match="tensor 'y' has NaN or infinite values on calibration sample 2 of 2"):
             collect_statistics(model, ["y"], samples, tensor_infos(model))
 
 
@@ -224,3 +224,22 @@ def test_the_kernels_compile_once_per_machine(tmp_path):
     (hits1, misses1), (hits2, misses2) = (map(int, r.stdout.split()) for r in runs)
     assert (hits1, misses1) == (0, 2) and (hits2, misses2) == (2, 0)
     assert any(f.suffix == ".nbc" for f in (tmp_path / "numba").rglob("*"))
+
+
+def test_makertbin_with_a_nan_in_the_calibration_data_is_one_error_line(tmp_path):
+    """A float32 calibration file holding a NaN (a featuremap input, no preprocessing): makertbin ends
+    with one ERROR line naming the first tensor that carries it and the sample, and a non-zero exit
+    (numpy's histogram used to end in a ValueError from np.bincount)."""
+    from makertbin_helpers import sample_float_model, write_cal_dir, write_config
+    from test_user_mistakes import assert_one_clear_error, run
+
+    onnx.save(sample_float_model(16, 16, image_input=False, seed=0), str(tmp_path / "f.onnx"))
+    rng = np.random.default_rng(0)
+    arrays = [rng.standard_normal((1, 3, 16, 16)).astype(np.float32) for _ in range(4)]
+    arrays[2][0, 1, 3, 4] = np.nan
+    config = write_config(str(tmp_path / "c.yaml"), str(tmp_path / "f.onnx"), "m", str(tmp_path / "out"), {"data": {
+        "input_type_train": "featuremap", "input_layout_train": "NCHW", "input_type_rt": "featuremap",
+        "input_layout_rt": "NCHW", "norm_type": "no_preprocess", "input_shape": "1x3x16x16",
+        "cal_data_dir": write_cal_dir(str(tmp_path / "cal"), arrays), "cal_data_type": "float32"}})
+    code, text = run("hb_mapper", "makertbin", "--config", config, "--model-type", "onnx", cwd=tmp_path)
+    assert_one_clear_error(code, text, "has NaN or infinite values on calibration sample 3 of 4")
