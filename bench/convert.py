@@ -161,7 +161,9 @@ of its own beside the scoring, instead of 15 times one after the other between r
 1.85 cores). What is left of a rerun is onnxruntime's runs: the search's 40 quantized runs (0.24 s
 each) and 16 float references, the table's 16 float and 16 quantized runs with every node out (0.17
 and 0.25 s each). Not done: two table samples at once on the two cores (one A/B: no wall gain
-measurable at load 3, +330 MB); the search's float references taken from the table's float runs (the
+measurable at load 3, +330 MB), or the quantized model's parts run ahead on a thread of their own
+while the float parts and the cosines go beside them (the same figures; +100 MB, and 0-0.4 s of the
+table's 6.6-7.2 s in the A/B's quiet pairs, the rest of it at load 2.4-3); the search's float references taken from the table's float runs (the
 table runs after the search, and its runs with every node out would have to be kept: 16 x 376 MB).
 After them, ``--models det --det-size 640 --samples 100 --rounds 2 --timing-only --sides
 default-rerun,MinMax`` (00:39-00:43 UTC; round 1 shared the cores with other jobs' bursts, round 2
