@@ -163,8 +163,9 @@ each) and 16 float references, the table's 16 float and 16 quantized runs with e
 and 0.25 s each). Not done: two table samples at once on the two cores (one A/B: no wall gain
 measurable at load 3, +330 MB), or the quantized model's parts run ahead on a thread of their own
 while the float parts and the cosines go beside them (the same figures; +100 MB, and 0-0.4 s of the
-table's 6.6-7.2 s in the A/B's quiet pairs, the rest of it at load 2.4-3); the search's float references taken from the table's float runs (the
-table runs after the search, and its runs with every node out would have to be kept: 16 x 376 MB).
+table's 6.6-7.2 s in the A/B's quiet pairs, the rest of it at load 2.4-3); the search's float
+references taken from the table's float runs (the table runs after the search, and its runs with
+every node out would have to be kept: 16 x 376 MB).
 After them, ``--models det --det-size 640 --samples 100 --rounds 2 --timing-only --sides
 default-rerun,MinMax`` (00:39-00:43 UTC; round 1 shared the cores with other jobs' bursts, round 2
 had them alone): default-rerun 24.30 / 13.39 s, MinMax 46.75 / 32.99 s, 0.47 on the medians, 0.41 in
