@@ -495,12 +495,12 @@ def statistics_floor(yaml_path: str, measured: int = 8) -> Dict[str, float]:
     samples = captured["samples"]
     names = [t for t in captured["tensors"] if t not in samples[0]]
     sess = open_session(with_outputs(captured["model"], names, captured["infos"]))
-    accs = {t: _Accumulator(captured["bins"]) for t in names}
+    accs = {t: _Accumulator(captured["bins"], compiled=True) for t in names}
     k = max(1, min(measured, len(samples)))
     feeds = [feed_for(sess, s) for s in samples[:k]]
     first = sess.run(names, feeds[0])                   # first-call costs, untimed
     accs[names[0]].range_of(first[0])                   # the kernels compiled or read from numba's cache
-    TensorStats.of(first[0])
+    TensorStats.of(first[0], compiled=True)
     del first
     run = ranges = hist = 0.0
     values = 0

@@ -45,7 +45,8 @@ Where the time goes, PP-OCRv4 det at 640x640 (94 M activation values per
 sample over 189 tensors), CPU seconds per sample on one core: each pass's run
 with every tensor an output 0.155-0.177 (0.13 without the outputs); the ranges and
 the histogram are compiled kernels (``kernels``: each value read once, outside
-the GIL) with the counts numpy's formulas give: ranges about 0.06 (numpy's
+the GIL; from ``COMPILED_FROM`` bytes of activations on, numpy below) with the
+counts numpy's formulas give: ranges about 0.06 (numpy's
 min then max: 0.064, the row still in the CPU cache for the second read), the
 histogram 0.10-0.14 (numpy's abs, multiply, truncate and np.bincount: 0.317,
 3.4 ns a value, whatever the index type, ufunc.at or interleaved
@@ -73,6 +74,53 @@ import onnx
 
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.onnxgraph import TensorInfo, imap_samples, open_parted, with_outputs
+from bpuemu.host.onnxgraph.parts import tensor_bytes
+
+#: Bytes of calibrated activations over all samples (what each pass reads) from which the ranges and
+#: histograms are counted by the compiled kernels (``kernels``: about 2 ns a value less than numpy's
+#: reductions, but importing numba and its first call cost about 0.7 s a process): PP-OCRv4 det at
+#: 320x320 and up with 20 samples (1.9 GB at 320), not det 160, PP-OCR cls or the sample CNN, where
+#: the kernels measured 0.5-0.8 s slower a conversion. Below it numpy counts the same values.
+COMPILED_FROM = 1 << 30
+
+#: Values numpy bins per step of a histogram (float32 and int32 index buffers of 64 KB each).
+HIST_CHUNK = 1 << 14
+
+
+def numpy_ranges(x: np.ndarray, per_channel: bool = True):
+    """``kernels.ranges`` with numpy: min, max and, along axis 1 of the (N, C, rest) view (when
+    ``per_channel`` and ``x`` has one), the per-channel min and max; None for an empty tensor."""
+    x = np.asarray(x, np.float32)
+    if x.size == 0:
+        return None
+    if per_channel and x.ndim >= 2:
+        v = x.reshape(x.shape[0], x.shape[1], -1)          # a view: no copy, unlike moving axis 1 first
+        cmin, cmax = v.min(axis=2).min(axis=0), v.max(axis=2).max(axis=0)
+        return float(cmin.min()), float(cmax.max()), cmin, cmax
+    return float(x.min()), float(x.max()), None, None
+
+
+def numpy_histogram(x: np.ndarray, absmax: float, bins: int) -> np.ndarray:
+    """``kernels.histogram`` with numpy: bin = the truncation of float32 |x| * float32(bins / absmax),
+    the top edge in the last bin, chunk by chunk through two small buffers that stay in the CPU cache."""
+    with np.errstate(over="ignore", divide="ignore"):
+        k = np.float32(bins / absmax) if absmax > 0 else np.float32(np.inf)
+    counts = np.zeros(bins + 1, np.int64)
+    if not np.isfinite(k):
+        counts[0] = x.size
+        return counts[:bins]
+    flat = np.asarray(x).reshape(-1)
+    step = max(1, min(HIST_CHUNK, flat.size))
+    scaled, index = np.empty(step, np.float32), np.empty(step, np.int32)
+    for start in range(0, flat.size, step):
+        part = flat[start:start + step]
+        y, i = scaled[: part.size], index[: part.size]
+        np.abs(part, out=y)
+        np.multiply(y, k, out=y)
+        i[...] = y                      # truncation toward zero, as astype
+        counts += np.bincount(i, minlength=bins + 1)
+    counts[bins - 1] += counts[bins:].sum()
+    return counts[:bins]
 
 
 @dataclass
@@ -101,9 +149,9 @@ class TensorStats:
         return np.maximum(np.abs(self.channel_min), np.abs(self.channel_max))
 
     @classmethod
-    def of(cls, values: np.ndarray, bins: int = 2048) -> "TensorStats":
-        """Statistics of one array (tests, and tensors seen once)."""
-        acc = _Accumulator(bins)
+    def of(cls, values: np.ndarray, bins: int = 2048, compiled: bool = False) -> "TensorStats":
+        """Statistics of one array (tests, and tensors seen once); ``compiled``: with the kernels."""
+        acc = _Accumulator(bins, compiled=compiled)
         x = np.asarray(values, np.float32)
         acc.update_range(x)
         acc.update_hist(x)
@@ -119,8 +167,10 @@ class _Accumulator:
     threads computed them.
     """
 
-    def __init__(self, bins: int, histogram: bool = True, per_channel: bool = True, name: str = "the tensor"):
+    def __init__(self, bins: int, histogram: bool = True, per_channel: bool = True, name: str = "the tensor",
+                 compiled: bool = False):
         self.name = name
+        self.compiled = compiled        # the compiled kernels count, else numpy (the same values)
         self.bins = bins
         self.lo = self.hi = None
         self.cmin = self.cmax = None
@@ -130,9 +180,11 @@ class _Accumulator:
 
     def range_of(self, x: np.ndarray) -> Optional[tuple]:
         """(min, max, size, per-channel min, max along axis 1 or None) of one sample's values."""
-        from bpuemu.host.quant import kernels
-
-        r = kernels.ranges(x, self.per_channel)
+        if self.compiled:
+            from bpuemu.host.quant.kernels import ranges
+        else:
+            ranges = numpy_ranges
+        r = ranges(x, self.per_channel)
         if r is None:
             return None
         lo, hi, cmin, cmax = r
@@ -166,9 +218,11 @@ class _Accumulator:
         """Counts of one sample's |x| in ``bins`` bins over [0, absmax] (absmax: the range pass's)."""
         if self.lo is None or self.hist is None:
             return None
-        from bpuemu.host.quant import kernels
-
-        return kernels.histogram(x, max(abs(self.lo), abs(self.hi)), self.bins)
+        if self.compiled:
+            from bpuemu.host.quant.kernels import histogram
+        else:
+            histogram = numpy_histogram
+        return histogram(x, max(abs(self.lo), abs(self.hi)), self.bins)
 
     def add_hist(self, counts: Optional[np.ndarray]) -> None:
         if counts is not None:
@@ -237,6 +291,10 @@ class StatisticsCollector:
         if self.augmented is None:
             self.augment_graph()
         samples = list(samples)
+        sizes = [tensor_bytes(self.infos.get(t)) for t in self.tensors]
+        compiled = None in sizes or sum(sizes) * len(samples) >= COMPILED_FROM
+        for acc in self._acc.values():
+            acc.compiled = compiled
         sess = self.session(samples)
         self._pass(sess, samples, _Accumulator.range_of, _Accumulator.add_range)
         if self.histograms:

@@ -632,20 +632,22 @@ def test_default_search_chooses_the_same_with_one_or_two_sample_workers(zoo, mon
         assert np.array_equal(q.scale, two.activations[t].scale) and np.array_equal(q.zero_point, two.activations[t].zero_point)
 
 
-def test_histogram_counts_equal_the_clipped_index_formula_across_blocks():
-    """The histogram kernel bins kernels._BLOCK values at a time into kernels._SUB sub-histograms: on
-    a tensor of several blocks and a remainder, with values at exactly +-absmax (the top edge,
-    folded into the last bin) and zeros, the counts equal one clipped int64 index array over the
-    whole tensor."""
+@pytest.mark.parametrize("compiled", [False, True])
+def test_histogram_counts_equal_the_clipped_index_formula_across_blocks(compiled):
+    """numpy bins statistics.HIST_CHUNK values at a time, the kernel kernels._BLOCK values into
+    kernels._SUB sub-histograms: on a tensor of several chunks and blocks and a remainder, with
+    values at exactly +-absmax (the top edge, folded into the last bin) and zeros, the counts of
+    both equal one clipped int64 index array over the whole tensor."""
     from bpuemu.host.quant.kernels import _BLOCK, _SUB
+    from bpuemu.host.quant.statistics import HIST_CHUNK
 
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((1, 7, 3 * _BLOCK // 7 + _SUB + 1)).astype(np.float32)
+    x = rng.standard_normal((1, 7, 3 * max(_BLOCK, HIST_CHUNK) // 7 + _SUB + 1)).astype(np.float32)
     absmax = float(np.abs(x).max())
     x[0, 0, :3] = [absmax, -absmax, 0.0]
-    st = quant.TensorStats.of(x)
+    st = quant.TensorStats.of(x, compiled=compiled)
     idx = np.minimum((np.abs(x.reshape(-1)) * np.float32(2048 / absmax)).astype(np.int64), 2047)
-    assert x.size > 3 * _BLOCK and x.size % _SUB and st.hist.sum() == x.size
+    assert x.size > 3 * max(_BLOCK, HIST_CHUNK) and x.size % _SUB and x.size % HIST_CHUNK and st.hist.sum() == x.size
     assert np.array_equal(st.hist, np.bincount(idx, minlength=2048))
 
 

@@ -1,5 +1,9 @@
 """The calibration statistics' compiled reductions (bpuemu.host.quant.kernels) count what numpy counts.
 
+The statistics count with the kernels from statistics.COMPILED_FROM bytes of activations on, with
+numpy (statistics.numpy_ranges, numpy_histogram) below: every test here holds both to the
+reference.
+
 The reference is the numpy formula the statistics used before the kernels (and that
 test_quant.py's ``_reference_stats`` still spells out): min/max of the (N, C, rest) view along
 axis 2 then 0, and a bin index ``(np.abs(x) * np.float32(bins / absmax)).astype(np.int32)``
@@ -15,7 +19,7 @@ import pytest
 
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.onnxgraph import feed_for, open_session, tensor_infos, with_outputs
-from bpuemu.host.quant import kernels
+from bpuemu.host.quant import kernels, statistics
 from bpuemu.host.quant.statistics import TensorStats, collect_statistics
 
 from makertbin_helpers import text_image
@@ -36,14 +40,20 @@ def numpy_histogram(x, absmax, bins=BINS):
 
 
 def assert_same_ranges(x):
-    lo, hi, cmin, cmax = kernels.ranges(x)
     rlo, rhi, rcmin, rcmax = numpy_ranges(x)
-    assert (lo, hi) == (rlo, rhi)
-    if np.ndim(x) < 2:                  # no axis 1: no per-channel ranges
-        assert cmin is None and cmax is None
-        return
-    assert cmin.dtype == rcmin.dtype == np.float32
-    assert np.array_equal(cmin, rcmin) and np.array_equal(cmax, rcmax)
+    for lo, hi, cmin, cmax in (kernels.ranges(x), statistics.numpy_ranges(x)):
+        assert (lo, hi) == (rlo, rhi)
+        if np.ndim(x) < 2:                  # no axis 1: no per-channel ranges
+            assert cmin is None and cmax is None
+            continue
+        assert cmin.dtype == rcmin.dtype == np.float32
+        assert np.array_equal(cmin, rcmin) and np.array_equal(cmax, rcmax)
+
+
+def assert_same_histogram(x, absmax):
+    reference = numpy_histogram(x, absmax)
+    assert np.array_equal(kernels.histogram(x, absmax, BINS), reference)
+    assert np.array_equal(statistics.numpy_histogram(x, absmax, BINS), reference)
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +94,7 @@ def test_ranges_and_histograms_equal_numpy_on_real_activations(activations, mode
                 continue
             on_edge += int(np.count_nonzero(np.abs(x) == absmax))
             for a in (absmax, wide):
-                assert np.array_equal(kernels.histogram(x, a, BINS), numpy_histogram(x, a)), t
+                assert_same_histogram(x, a)
     assert on_edge >= 2 * len(tensors)       # every sample's absmax is on the top edge
 
 
@@ -113,30 +123,35 @@ def test_edge_cases_equal_numpy():
             counted = a > 0 and np.isfinite(np.float32(BINS / a))
         if counted:
             for scale in (1.0, 1.0000001, 3.0):
-                assert np.array_equal(kernels.histogram(c, a * scale, BINS), numpy_histogram(c, a * scale)), c.shape
+                assert_same_histogram(c, a * scale)
     # Without per-channel ranges: the whole tensor's.
     assert kernels.ranges(x, per_channel=False) == (float(x.min()), float(x.max()), None, None)
+    assert statistics.numpy_ranges(x, per_channel=False) == (float(x.min()), float(x.max()), None, None)
 
 
 def test_empty_zero_and_tiny_tensors():
-    assert kernels.ranges(np.zeros((1, 3, 0), np.float32)) is None
-    assert not kernels.histogram(np.zeros((0,), np.float32), 1.0, BINS).any()
-    # All zero (absmax 0) and an absmax so small that float32(bins / absmax) overflows: bin 0.
-    for x, absmax in ((np.zeros((1, 2, 3), np.float32), 0.0), (np.array([1e-45, -1e-45, 0], np.float32), 1e-45)):
-        h = kernels.histogram(x, absmax, BINS)
-        assert h[0] == x.size and h.sum() == x.size
+    for ranges, histogram in ((kernels.ranges, kernels.histogram), (statistics.numpy_ranges, statistics.numpy_histogram)):
+        assert ranges(np.zeros((1, 3, 0), np.float32)) is None
+        assert not histogram(np.zeros((0,), np.float32), 1.0, BINS).any()
+        # All zero (absmax 0) and an absmax so small that float32(bins / absmax) overflows: bin 0.
+        for x, absmax in ((np.zeros((1, 2, 3), np.float32), 0.0), (np.array([1e-45, -1e-45, 0], np.float32), 1e-45)):
+            h = histogram(x, absmax, BINS)
+            assert h[0] == x.size and h.sum() == x.size
     # Of equal zeros, -0.0 is the smaller: the values numpy gives, with a sign that does not
     # depend on where the zeros are (numpy's does).
     lo, hi, cmin, cmax = kernels.ranges(np.array([[0.0, -0.0], [-0.0, 0.0]], np.float32))
     assert np.signbit(lo) and not np.signbit(hi) and np.signbit(cmin).all() and not np.signbit(cmax).any()
 
 
+@pytest.mark.parametrize("compiled_from", [0, 1 << 62])
 @pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf, -np.nan])
-def test_a_nan_or_an_infinity_is_refused_naming_the_tensor(bad):
+def test_a_nan_or_an_infinity_is_refused_naming_the_tensor(monkeypatch, bad, compiled_from):
+    monkeypatch.setattr(statistics, "COMPILED_FROM", compiled_from)
     x = np.ones((1, 2, 4, 4), np.float32)
     x[0, 1, 2, 3] = bad
-    lo, hi, _, _ = kernels.ranges(x)
-    assert not (np.isfinite(lo) and np.isfinite(hi))
+    for ranges in (kernels.ranges, statistics.numpy_ranges):
+        lo, hi, _, _ = ranges(x)
+        assert not (np.isfinite(lo) and np.isfinite(hi))
     from onnx import TensorProto, helper
 
     graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
@@ -151,37 +166,20 @@ def test_a_nan_or_an_infinity_is_refused_naming_the_tensor(bad):
             collect_statistics(model, ["y"], samples, tensor_infos(model))
 
 
-def test_tensor_stats_of_one_array_are_the_numpy_ones():
+@pytest.mark.parametrize("compiled", [False, True])
+def test_tensor_stats_of_one_array_are_the_numpy_ones(compiled):
     x = np.random.default_rng(9).standard_normal((1, 3, 40, 40)).astype(np.float32)
-    st = TensorStats.of(x)
+    st = TensorStats.of(x, compiled=compiled)
     lo, hi, cmin, cmax = numpy_ranges(x)
     assert (st.min, st.max) == (lo, hi) and np.array_equal(st.channel_min, cmin) and np.array_equal(st.channel_max, cmax)
     assert np.array_equal(st.hist, numpy_histogram(x, max(abs(lo), abs(hi)))) and st.count == x.size
 
 
-def numpy_kernels_ranges(x, per_channel=True):
-    """kernels.ranges as the statistics computed it with numpy before the kernels."""
-    x = np.asarray(x, np.float32)
-    if x.size == 0:
-        return None
-    if per_channel and x.ndim >= 2:
-        return numpy_ranges(x)
-    return float(x.min()), float(x.max()), None, None
-
-
-def numpy_kernels_histogram(x, absmax, bins):
-    if absmax <= 0:
-        h = np.zeros(bins, np.int64)
-        h[0] = x.size
-        return h
-    return numpy_histogram(x, absmax, bins)
-
-
 @pytest.mark.parametrize("name", ["sample", "cls", "det"])
 def test_artifacts_are_those_of_the_numpy_statistics(tmp_path, monkeypatch, name):
     """makertbin (calibration_type default, 20 samples, statistics cache off) writes the same five
-    files byte for byte, and the same cosine table, with the kernels as with the numpy formulas
-    they replace."""
+    files byte for byte, and the same cosine table, with the kernels counting every statistic
+    (COMPILED_FROM 0) as with numpy counting them (the formulas main used before the kernels)."""
     from bpuemu.host.mapper.makertbin import makertbin_from_config
     from bpuemu.host.samples.ocr.models import fetch
 
@@ -189,15 +187,22 @@ def test_artifacts_are_those_of_the_numpy_statistics(tmp_path, monkeypatch, name
 
     monkeypatch.setenv("BPUEMU_CALIBRATION_CACHE", "off")
     cfg = _project(tmp_path, {m: p for m, p in fetch().items() if m in MODELS}, name)
-    files, cosines = [], []
-    for numpy_path in (False, True):
-        if numpy_path:
-            monkeypatch.setattr(kernels, "ranges", numpy_kernels_ranges)
-            monkeypatch.setattr(kernels, "histogram", numpy_kernels_histogram)
+    files, cosines, calls = [], [], []
+    original = kernels.histogram
+
+    def counting(*a, **k):
+        calls[-1] += 1
+        return original(*a, **k)
+
+    monkeypatch.setattr(kernels, "histogram", counting)
+    for compiled_from in (0, 1 << 62):
+        monkeypatch.setattr(statistics, "COMPILED_FROM", compiled_from)
+        calls.append(0)
         art = makertbin_from_config(cfg)
         paths = [art.original, art.optimized, art.calibrated, art.quantized, art.bin]
         files.append([open(p, "rb").read() for p in paths])
         cosines.append((art.cosines, art.output_cosines))
+    assert calls[0] > 0 and calls[1] == 0, calls
     for p, a, b in zip(paths, *files):
         assert a == b, f"{p} differs"
     assert cosines[0] == cosines[1]
@@ -243,3 +248,31 @@ def test_makertbin_with_a_nan_in_the_calibration_data_is_one_error_line(tmp_path
         "cal_data_dir": write_cal_dir(str(tmp_path / "cal"), arrays), "cal_data_type": "float32"}})
     code, text = run("hb_mapper", "makertbin", "--config", config, "--model-type", "onnx", cwd=tmp_path)
     assert_one_clear_error(code, text, "has NaN or infinite values on calibration sample 3 of 4")
+
+
+def test_small_statistics_are_counted_without_numba():
+    """Below COMPILED_FROM (the sample CNN, PP-OCR cls, det 160) numpy counts: a conversion does not
+    pay numba's import and first call (about 0.7 s); from it on, the kernels count."""
+    import subprocess
+    import sys
+
+    script = """
+import sys
+import numpy as np
+from onnx import TensorProto, helper
+from bpuemu.host.onnxgraph import tensor_infos
+from bpuemu.host.quant import statistics
+graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "g",
+                          [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1, 2, 8, 8])],
+                          [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1, 2, 8, 8])])
+model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
+samples = [{"x": np.random.default_rng(i).standard_normal((1, 2, 8, 8)).astype(np.float32)} for i in range(3)]
+small = statistics.collect_statistics(model, ["y"], samples, tensor_infos(model))
+print("numba" in sys.modules)
+statistics.COMPILED_FROM = 3 * 2 * 8 * 8 * 4          # exactly these samples' bytes
+big = statistics.collect_statistics(model, ["y"], samples, tensor_infos(model))
+print("numba" in sys.modules, np.array_equal(small["y"].hist, big["y"].hist), small["y"].max == big["y"].max)
+"""
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.split() == ["False", "True", "True", "True"], proc.stdout
