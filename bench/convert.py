@@ -108,23 +108,27 @@ as exact statistics need, 34.5 s = 1.14x MinMax's whole 30.2 s; with one run a s
 that is no longer exact) 26.8 s = 0.89x. (``host/quant/statistics.py``'s docstring has the one-pass
 histogram measured: not exact, and not cheaper.)
 
-The statistics' ranges and histogram counted by compiled kernels (``bpuemu.host.quant.kernels``:
-numba, each value read once, outside the GIL, the same counts; the five artifacts byte-identical),
-the same command at 00:42-00:47 UTC (load 2.0 at the start, the team's tests beside it; nothing else
-timed): default 42.2 / 48.4 s (median 45.3), default-rerun 14.0 / 14.8 s (14.4), MinMax 32.1 / 31.7 s
-(31.9): 1.42 and 0.45 (were 2.30 and 0.47); peak 1534 / 1505 / 2107 MB. By stage (medians):
-statistics 29.0 s on 1.84 cores (53 CPU s; 73 with numpy's reductions, below), search 7.9 s, cosine table 6.6 s,
-emit/compile 0.4 s, the rest 1.2 s. The statistics' cost a sample, one thread: run with every tensor
-out 0.177 s, ranges 0.058 s, histogram 0.142 s; their floor 27.7 s = 0.87x MinMax's whole run, and
-the stage's 29.0 s is at it: two runs a sample with every activation out (0.35 of the 0.48 CPU s)
-are now most of it. An earlier run the same day, before the kernel's block slice (the same command,
-00:33-00:38 UTC, load 1.4-1.7): default 59.0 / 50.2 s (54.6) vs MinMax 33.7 s (1.62), statistics
-37.7 s on 1.66 cores. The sample workers stay threads: with the kernels two threads do the
-statistics of det 640 x 20 in 6.2 / 6.4 s against 12.5 / 14.5 s on one (forked processes, each with
-its own sessions: 7.0 / 6.6 s); with numpy's reductions two threads took 12.6 / 14.4 s and forked
-processes 9.6 s (one process, alternating, load 1.6-2.6).
+The statistics' ranges and histogram counted by compiled kernels (``bpuemu.host.quant.kernels``: numba,
+each value read once, outside the GIL, the same counts; the five artifacts byte-identical), the same
+command at 00:42-00:47 UTC (load 2.0 at the start, the team's tests beside it; nothing else timed):
+default 42.2 / 48.4 s (median 45.3), default-rerun 14.0 / 14.8 s (14.4), MinMax 32.1 / 31.7 s (31.9):
+1.42 and 0.45 (were 2.30 and 0.47); peak 1534 / 1505 / 2107 MB. By stage (medians): statistics 29.0 s on
+1.84 cores (53 CPU s; 73 with numpy's reductions, below), search 7.9 s, cosine table 6.6 s, emit/compile
+0.4 s, the rest 1.2 s. The statistics' cost a sample, one thread: run with every tensor out 0.177 s,
+ranges 0.058 s, histogram 0.142 s; their floor 27.7 s = 0.87x MinMax's whole run, and the stage's 29.0 s
+is at it: two runs a sample with every activation out (0.35 of the 0.48 CPU s) are now most of it. An
+earlier run the same day, before the kernel's block slice (the same command, 00:33-00:38 UTC, load
+1.4-1.7): default 59.0 / 50.2 s (54.6) vs MinMax 33.7 s (1.62), statistics 37.7 s on 1.66 cores. With
+everything on main at 01:02-01:07 UTC (the same command, load 0.8 at the start, 1.7 at the end, nothing
+else timed): default 45.7 / 43.5 s (median 44.6), default-rerun 14.8 / 15.8 s (15.3), MinMax 32.5 / 32.8
+s (32.6): 1.37 and 0.47; peak 1529 / 1500 / 2107 MB; statistics 29.1 s on 1.93 cores against their floor
+of 25.6 s (run 0.168 s, ranges 0.050 s, histogram 0.125 s a sample, one thread), search 8.0 s, cosine
+table 5.7 s, emit/compile 0.4 s, the rest 1.2 s. The sample workers stay threads: with the kernels two
+threads do the statistics of det 640 x 20 in 6.2 / 6.4 s against 12.5 / 14.5 s on one (forked processes,
+each with its own sessions: 7.0 / 6.6 s); with numpy's reductions two threads took 12.6 / 14.4 s and
+forked processes 9.6 s (one process, alternating, load 1.6-2.6).
 
-The goal (<= 1.0, and no more memory) is not met (1.42 with the kernels, above). Before them:
+The goal (<= 1.0, and no more memory) is not met (1.37 with the kernels, above). Before them:
 MinMax runs the float model once per sample with ReduceMin/ReduceMax appended; makertbin's
 default runs it twice per sample with every activation out (the ranges, then a 2048-bin histogram
 of |x| over the final [0, absmax], which the percentile and KL candidates read), counts 94 M
