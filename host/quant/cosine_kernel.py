@@ -22,16 +22,15 @@ numba compiles the kernel on its first call and keeps the machine code on disk
 uses it only for tables big enough to gain (``COMPILED_FROM``).
 """
 import numpy as np
-from numba import njit
-
 from bpuemu.common.compare import _sums as _numpy_sums
 from bpuemu.common.compare import cosine_similarity
+from bpuemu.host.quant.kernels import compiled
 
 #: Values a block's vectorised reduction sums before the blocks' compensated sum.
 BLOCK = 1024
 
 
-@njit(nogil=True, cache=True, fastmath={"reassoc", "contract"})
+@compiled(fastmath={"reassoc", "contract"})
 def _block(x, y, start, end):  # pragma: no cover -- runs compiled
     xx = 0.0
     yy = 0.0
@@ -45,7 +44,7 @@ def _block(x, y, start, end):  # pragma: no cover -- runs compiled
     return xx, yy, xy
 
 
-@njit(nogil=True, cache=True)
+@compiled
 def _add(total, carry, value):  # pragma: no cover -- runs compiled
     """Neumaier's compensated addition: (new total, new carry)."""
     t = total + value
@@ -56,7 +55,7 @@ def _add(total, carry, value):  # pragma: no cover -- runs compiled
     return t, carry
 
 
-@njit(nogil=True, cache=True)
+@compiled
 def _sums(x, y):  # pragma: no cover -- runs compiled
     n = x.size
     txx = cxx = tyy = cyy = txy = cxy = 0.0
@@ -68,7 +67,7 @@ def _sums(x, y):  # pragma: no cover -- runs compiled
     return _total(txx, cxx), _total(tyy, cyy), _total(txy, cxy)
 
 
-@njit(nogil=True, cache=True)
+@compiled
 def _total(total, carry):  # pragma: no cover -- runs compiled
     """The compensated sum; an infinite or NaN total as it is (its carry is NaN)."""
     return total + carry if np.isfinite(total) else total

@@ -47,17 +47,20 @@ _SUB = 4
 #: Values counted per kernel call: the sub-histograms' uint32 counts cannot overflow.
 _CALL = 1 << 30
 
-def _compiled(fn):
+def compiled(fn=None, **options):
     """``fn`` compiled on its first call, outside the GIL, and kept in numba's cache; compiled in each
     process when numba finds no writable place for its cache (a read-only install and no writable
-    home: numba then refuses ``cache=True`` at import)."""
+    home: numba then refuses ``cache=True`` at import). ``options``: more of njit's (fastmath=...).
+    The one way host/quant compiles a kernel (``cosine_kernel`` too)."""
+    if fn is None:
+        return lambda f: compiled(f, **options)
     try:
-        return njit(nogil=True, cache=True)(fn)
+        return njit(nogil=True, cache=True, **options)(fn)
     except RuntimeError:        # "cannot cache function ...: no locator available"
-        return njit(nogil=True)(fn)
+        return njit(nogil=True, **options)(fn)
 
 
-@_compiled
+@compiled
 def _range_keys(v, lo, hi):  # pragma: no cover -- runs compiled
     """v: the int32 bits of a float32 (N, C, R) tensor; lo, hi: (C,) int32 order keys, updated."""
     m = np.int32(0x7FFFFFFF)
@@ -76,7 +79,7 @@ def _range_keys(v, lo, hi):  # pragma: no cover -- runs compiled
             hi[j] = b
 
 
-@_compiled
+@compiled
 def _count(flat, k, last, counts):  # pragma: no cover -- runs compiled
     """flat: float32 values; counts: (_SUB * (last + 1),) uint32, updated."""
     n = flat.size

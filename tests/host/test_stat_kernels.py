@@ -280,7 +280,8 @@ print("numba" in sys.modules, np.array_equal(small["y"].hist, big["y"].hist), sm
 
 def test_the_kernels_run_where_numba_has_nowhere_to_keep_them():
     """A read-only install and no writable home: numba refuses cache=True at import ("no locator
-    available"); the kernels are then compiled in the process and count the same."""
+    available"); the kernels (the statistics' and the cosine table's) are then compiled in the
+    process and count the same."""
     import subprocess
     import sys
 
@@ -293,7 +294,9 @@ x = np.arange(-12, 12, dtype=np.float32).reshape(2, 3, 4)
 r = kernels.ranges(x)
 h = kernels.histogram(x, 12.0, 2048)
 print(r[0], r[1], int(h.sum()), int(h[2047]), int(h[0]), type(kernels._count._cache).__name__)
+from bpuemu.host.quant import cosine_kernel
+print(round(cosine_kernel.compiled_cosine(x, -x), 6), type(cosine_kernel._sums._cache).__name__)
 """
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300)
     assert proc.returncode == 0, proc.stderr
-    assert proc.stdout.split() == ["-12.0", "11.0", "24", "1", "1", "NullCache"], proc.stdout
+    assert proc.stdout.split() == ["-12.0", "11.0", "24", "1", "1", "NullCache", "-1.0", "NullCache"], proc.stdout
