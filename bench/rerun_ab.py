@@ -16,7 +16,8 @@ on both alike. Each run prints its wall and CPU seconds, its peak RSS and
 makertbin's time by stage (``Artifacts.stages``, when the checkout has it);
 then the medians per side, and whether both sides printed the same cosine table
 and wrote the same artifacts (the .bin compared without the working_dir it
-records).
+records). ``--first`` times first conversions instead (the statistics cache off
+for every timed run; the untimed first conversion then only warms up).
 
 What it measured (tail's changes of 2 Dec: the cosine table's compiled cosines,
 the default search's sessions opened once each on a thread of their own),
@@ -29,7 +30,6 @@ loading the kernel take about 160 MB, which a first conversion pays for its
 statistics kernels anyway.
 """
 import argparse
-import hashlib
 import json
 import os
 import statistics
@@ -90,6 +90,8 @@ def main(argv=None) -> int:
     ap.add_argument("--det-size", type=int, default=640)
     ap.add_argument("--samples", type=int, default=100)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--first", action="store_true",
+                    help="time first conversions instead: every timed run computes its statistics (cache off)")
     args = ap.parse_args(argv)
 
     import convert as bench
@@ -107,6 +109,8 @@ def main(argv=None) -> int:
             t0 = time.perf_counter()
             convert(bench.write_yaml(case, work, "default", cal, f"_{tag}_first"), envs[tag])
             log(f"{tag}: first conversion (statistics computed and cached, not timed here) {time.perf_counter() - t0:.1f} s")
+        if args.first:
+            envs = {tag: dict(env, BPUEMU_CALIBRATION_CACHE="off") for tag, env in envs.items()}
         runs: Dict[str, List[dict]] = {tag: [] for tag in sides}
         for r in range(args.rounds):
             for tag in (list(sides) if r % 2 == 0 else list(reversed(list(sides)))):
