@@ -165,12 +165,6 @@ class BoardState:
                 raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.limits.max_frame_count}")
             self._take_slot("infer")
             try:
-                if frames == 1 and not dump_intermediate:  # the usual call: run_frames' one frame, without its loop
-                    t0 = time.perf_counter()
-                    outputs = model.run(inputs)
-                    latency_ms = (time.perf_counter() - t0) * 1e3
-                    self.stats.add("infer_frames")
-                    return InferResult(model.output_by_name(outputs), {}, [latency_ms])
                 return run_frames(model, inputs, frames, dump_intermediate, is_active,
                                   on_frame=lambda: self.stats.add("infer_frames"))
             finally:

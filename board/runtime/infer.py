@@ -32,6 +32,13 @@ def run_frames(model: LoadedModel, inputs: Sequence[np.ndarray], frame_count: in
     caller went away) the loop stops and the result holds the latencies only.
     """
     frames = max(1, frame_count)
+    if frames == 1 and not dump_intermediate:   # the usual call (a data channel infer): one frame, no loop around it
+        t0 = time.perf_counter()
+        outputs = model.run(inputs)
+        latency_ms = (time.perf_counter() - t0) * 1e3
+        if on_frame is not None:
+            on_frame()
+        return InferResult(model.output_by_name(outputs), {}, [latency_ms])
     latencies: List[float] = []
     result = None
     if dump_intermediate:
