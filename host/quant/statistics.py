@@ -170,7 +170,7 @@ class _Accumulator:
     def __init__(self, bins: int, histogram: bool = True, per_channel: bool = True, name: str = "the tensor",
                  compiled: bool = False):
         self.name = name
-        self.compiled = compiled        # the compiled kernels count, else numpy (the same values)
+        self.compiled = compiled
         self.bins = bins
         self.lo = self.hi = None
         self.cmin = self.cmax = None
@@ -178,13 +178,23 @@ class _Accumulator:
         self.count = 0
         self.hist = np.zeros(bins, np.int64) if histogram else None
 
+    @property
+    def compiled(self) -> bool:
+        """Whether the compiled kernels count (else numpy: the same values)."""
+        return self._ranges is not numpy_ranges
+
+    @compiled.setter
+    def compiled(self, on: bool) -> None:
+        # The two reductions chosen once here, not per tensor and sample (kernels imports numba: ~0.5 s).
+        if on:
+            from bpuemu.host.quant import kernels
+            self._ranges, self._histogram = kernels.ranges, kernels.histogram
+        else:
+            self._ranges, self._histogram = numpy_ranges, numpy_histogram
+
     def range_of(self, x: np.ndarray) -> Optional[tuple]:
         """(min, max, size, per-channel min, max along axis 1 or None) of one sample's values."""
-        if self.compiled:
-            from bpuemu.host.quant.kernels import ranges
-        else:
-            ranges = numpy_ranges
-        r = ranges(x, self.per_channel)
+        r = self._ranges(x, self.per_channel)
         if r is None:
             return None
         lo, hi, cmin, cmax = r
@@ -218,11 +228,7 @@ class _Accumulator:
         """Counts of one sample's |x| in ``bins`` bins over [0, absmax] (absmax: the range pass's)."""
         if self.lo is None or self.hist is None:
             return None
-        if self.compiled:
-            from bpuemu.host.quant.kernels import histogram
-        else:
-            histogram = numpy_histogram
-        return histogram(x, max(abs(self.lo), abs(self.hi)), self.bins)
+        return self._histogram(x, max(abs(self.lo), abs(self.hi)), self.bins)
 
     def add_hist(self, counts: Optional[np.ndarray]) -> None:
         if counts is not None:
