@@ -120,9 +120,20 @@ def kl_divergences(hist: np.ndarray, quantized_bins: int = 128, eps: float = 0.0
     cost O(cuts x quantized_bins). The smoothing enters p * log(p) only to first
     order in eps (its effect there is O(eps^2), far below the differences
     between cuts).
+
+    Q's groups but the last depend only on m = i // quantized_bins, which the
+    ``quantized_bins`` cuts of one m share: their counts, non-empty bins and
+    per-bin values are computed once per m (16 rows for 2048 bins) and repeated,
+    and only the last group (up to i) per cut; the arrays then summed are the
+    same, element for element, as gathering every cut's groups (as before: 2.2x
+    the time, ~190 of the ~8 ms a tensor; tests/host/test_quant.py compares both).
     """
     h = np.asarray(hist, dtype=np.int64)
     n = h.size
+    qb = quantized_bins
+    I = np.arange(qb, n + 1)
+    if I.size == 0:
+        return np.empty(0)
     total = int(h.sum())
     pos = h > 0
     logh = np.zeros(n)
@@ -132,24 +143,36 @@ def kl_divergences(hist: np.ndarray, quantized_bins: int = 128, eps: float = 0.0
     L1 = np.concatenate([[0.0], np.cumsum(h * logh)])
     L0 = np.concatenate([[0.0], np.cumsum(logh)])
 
-    I = np.arange(quantized_bins, n + 1)
-    m = I // quantized_bins
-    j = np.arange(quantized_bins)
-    starts = m[:, None] * j[None, :]
-    ends = np.concatenate([starts[:, 1:], I[:, None]], axis=1)
+    m = I // qb
+    ms = np.arange(m[0], m[-1] + 1)
+    g = m - ms[0]                                     # each cut's row of the per-m arrays
+    starts = ms[:, None] * np.arange(qb)[None, :]     # group k of Q starts at bin m * k
+    Cs, NZs = C[starts], NZ[starts]
+    sums_in, nnz_in = Cs[:, 1:] - Cs[:, :-1], NZs[:, 1:] - NZs[:, :-1]
+    per_in = np.where(nnz_in > 0, sums_in // np.maximum(nnz_in, 1), 0)
+
+    last_start = m * (qb - 1)                         # the last group: bins m * (qb - 1) to i - 1
     outliers = total - C[I]
-    sums = C[ends] - C[starts]                        # Q's groups hold the bins below i only
-    nnz = NZ[ends] - NZ[starts]
+    sums_last = C[I] - C[last_start]                  # Q's groups hold the bins below i only
     last_raw = h[I - 1]
     last_p = last_raw + outliers                      # bin i-1 of P
-    nnz[:, -1] += ((last_raw == 0) & (last_p > 0)).astype(np.int64)
-    per_bin = np.where(nnz > 0, sums // np.maximum(nnz, 1), 0)
+    nnz_last = NZ[I] - NZ[last_start] + ((last_raw == 0) & (last_p > 0)).astype(np.int64)
+    per_last = np.where(nnz_last > 0, sums_last // np.maximum(nnz_last, 1), 0)
+
+    nnz = np.empty((I.size, qb), np.int64)
+    per_bin = np.empty((I.size, qb), np.int64)
+    group_p = np.empty((I.size, qb))
+    nnz[:, :-1], nnz[:, -1] = nnz_in[g], nnz_last
+    per_bin[:, :-1], per_bin[:, -1] = per_in[g], per_last
+    group_p[:, :-1], group_p[:, -1] = sums_in[g], sums_last
 
     nnz_p = NZ[I - 1] + (last_p > 0)
     zeros_p = I - nnz_p
     with np.errstate(divide="ignore", invalid="ignore"):
         e_p = eps * zeros_p / nnz_p
-        zeros_q = zeros_p + np.sum(np.where(per_bin == 0, nnz, 0), axis=1)
+        # A group below the last with no value has no non-empty bin either (a non-empty bin holds >= 1):
+        # only the last group, given bin i-1's outliers, can be empty-valued with a non-empty bin.
+        zeros_q = zeros_p + np.where(per_last == 0, nnz_last, 0)
         nnz_q = I - zeros_q
         e_q = eps * zeros_q / np.maximum(nnz_q, 1)
         # sum over bins with p > 0 of p' log p', bins below i-1 to first order in eps
@@ -157,11 +180,10 @@ def kl_divergences(hist: np.ndarray, quantized_bins: int = 128, eps: float = 0.0
         lp = last_p - e_p
         a = a + np.where(last_p > 0, lp * np.log(np.where(last_p > 0, lp, 1.0)), 0.0)
         # sum over bins with p > 0 of p' log q' (q' is one value per group)
-        group_p = sums.astype(np.float64)
         group_p[:, -1] += outliers
         qv = np.where(per_bin > 0, per_bin - e_q[:, None], eps)
         x = np.sum((group_p - e_p[:, None] * nnz) * np.log(qv), axis=1)
-        sq = np.sum(per_bin * nnz, axis=1).astype(np.float64)
+        sq = (np.sum(per_in * nnz_in, axis=1)[g] + per_last * nnz_last).astype(np.float64)
         kl = (a - x) / total + np.log(sq) - np.log(total)
     kl[(nnz_q <= 0) | (nnz_p <= 0) | ~np.isfinite(kl)] = np.inf
     return kl

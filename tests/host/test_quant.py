@@ -270,6 +270,68 @@ def test_kl_divergences_match_the_straightforward_loop():
     assert np.argmin(fast) == np.argmin(ref)
 
 
+def _kl_gathered(hist, quantized_bins=128, eps=0.0001):
+    """kl_divergences as it was before the per-m rows: every cut's groups gathered (the reference
+    the computation shared per m must equal bit for bit)."""
+    h = np.asarray(hist, dtype=np.int64)
+    n = h.size
+    total = int(h.sum())
+    pos = h > 0
+    logh = np.zeros(n)
+    logh[pos] = np.log(h[pos])
+    C = np.concatenate([[0], np.cumsum(h)])
+    NZ = np.concatenate([[0], np.cumsum(pos)])
+    L1 = np.concatenate([[0.0], np.cumsum(h * logh)])
+    L0 = np.concatenate([[0.0], np.cumsum(logh)])
+    I = np.arange(quantized_bins, n + 1)
+    m = I // quantized_bins
+    j = np.arange(quantized_bins)
+    starts = m[:, None] * j[None, :]
+    ends = np.concatenate([starts[:, 1:], I[:, None]], axis=1)
+    outliers = total - C[I]
+    sums = C[ends] - C[starts]
+    nnz = NZ[ends] - NZ[starts]
+    last_raw = h[I - 1]
+    last_p = last_raw + outliers
+    nnz[:, -1] += ((last_raw == 0) & (last_p > 0)).astype(np.int64)
+    per_bin = np.where(nnz > 0, sums // np.maximum(nnz, 1), 0)
+    nnz_p = NZ[I - 1] + (last_p > 0)
+    zeros_p = I - nnz_p
+    with np.errstate(divide="ignore", invalid="ignore"):
+        e_p = eps * zeros_p / nnz_p
+        zeros_q = zeros_p + np.sum(np.where(per_bin == 0, nnz, 0), axis=1)
+        nnz_q = I - zeros_q
+        e_q = eps * zeros_q / np.maximum(nnz_q, 1)
+        a = L1[I - 1] - e_p * (L0[I - 1] + NZ[I - 1])
+        lp = last_p - e_p
+        a = a + np.where(last_p > 0, lp * np.log(np.where(last_p > 0, lp, 1.0)), 0.0)
+        group_p = sums.astype(np.float64)
+        group_p[:, -1] += outliers
+        qv = np.where(per_bin > 0, per_bin - e_q[:, None], eps)
+        x = np.sum((group_p - e_p[:, None] * nnz) * np.log(qv), axis=1)
+        sq = np.sum(per_bin * nnz, axis=1).astype(np.float64)
+        kl = (a - x) / total + np.log(sq) - np.log(total)
+    kl[(nnz_q <= 0) | (nnz_p <= 0) | ~np.isfinite(kl)] = np.inf
+    return kl
+
+
+@pytest.mark.parametrize("bins,qb", [(2048, 128), (1000, 128), (300, 255), (128, 128), (384, 96)])
+def test_kl_divergences_shared_per_m_equal_every_cut_gathered_bit_for_bit(bins, qb):
+    """The thresholds KL picks must not move: the divergences equal the gathered computation's
+    exactly, on dense, sparse (empty runs) and spiky histograms, for bin counts not a multiple of qb."""
+    rng = np.random.default_rng(bins + qb)
+    for values in (np.abs(rng.standard_cauchy(100_000)), rng.exponential(1, 50_000), rng.uniform(0, 1, 60),
+                   np.abs(rng.standard_t(2, 200_000))):
+        hist, _ = np.histogram(values, bins=bins, range=(0, values.max()))
+        for sparse in (False, True):
+            h = hist.copy()
+            if sparse:
+                h[rng.integers(0, bins, bins // 3)] = 0
+            h[0] = h[1]
+            assert kl_divergences(h, qb).tobytes() == _kl_gathered(h, qb).tobytes()
+    assert kl_divergences(np.ones(100, np.int64), 128).size == 0
+
+
 def test_thresholds_through_calibrate_on_heavy_tailed_input():
     m = QM.identity_conv_model()
     rng = np.random.default_rng(5)
