@@ -129,6 +129,41 @@ def test_edge_cases_equal_numpy():
     assert statistics.numpy_ranges(x, per_channel=False) == (float(x.min()), float(x.max()), None, None)
 
 
+def _runs(bins, lengths, rng):
+    """Values in ``bins`` (of 2048 over [0, 1]), each repeated ``lengths`` times, random signs."""
+    v = (np.asarray(bins, np.float64) + 0.5) / BINS
+    x = np.repeat(v, lengths).astype(np.float32)
+    return x * rng.choice(np.array([-1, 1], np.float32), x.size)
+
+
+def test_runs_of_one_bin_are_counted_as_numpy_counts():
+    """The histogram kernel counts 16 values in one bin (checked against their previous values'
+    bins) with one count of 16, each half of 8 in one bin with one count of 8, other values one by
+    one: runs of one bin that line up with the 16s or not, bins changing at a 16's first value or
+    at its second half's first (the halves each in one bin, the 16 not), no two neighbours in one
+    bin, every tail length past the last 16, and bins on the top edge."""
+    rng = np.random.default_rng(3)
+    n = 2 * 2048 + 16 * 5
+    two = rng.integers(0, BINS, 2)
+    patterns = {
+        "one bin": _runs([700], [n], rng),
+        "16s, each its own bin": _runs(rng.integers(0, BINS, n // 16), 16, rng),
+        "16s, one value late": _runs(rng.integers(0, BINS, n // 16 + 1), [1] + [16] * (n // 16), rng),
+        "8s, each its own bin": _runs(rng.integers(0, BINS, n // 8), 8, rng),
+        "8s, two bins in turn": _runs(np.resize(two, n // 8), 8, rng),
+        "two bins in turn": _runs(np.resize(two, n), 1, rng),
+        "runs of 1 to 40": _runs(rng.integers(0, 8, 400) * 256 + rng.integers(0, 3, 400), rng.integers(1, 41, 400), rng),
+        "zeros and the top edge": np.repeat(np.array([0.0, 1.0, -1.0, -0.0], np.float32), [30, 17, 9, 33]),
+    }
+    for name, x in patterns.items():
+        for tail in range(17):
+            c = x[:x.size - 16 + tail] if x.size > 16 else x[:tail]
+            for absmax in (1.0, 3.0):
+                reference = numpy_histogram(c, absmax)
+                assert np.array_equal(kernels.histogram(c, absmax, BINS), reference), (name, tail, absmax)
+    assert kernels.histogram(patterns["one bin"], 1.0, BINS)[700] == n
+
+
 def test_empty_zero_and_tiny_tensors():
     for ranges, histogram in ((kernels.ranges, kernels.histogram), (statistics.numpy_ranges, statistics.numpy_histogram)):
         assert ranges(np.zeros((1, 3, 0), np.float32)) is None
