@@ -46,7 +46,7 @@ sample over 189 tensors), CPU seconds per sample on one core: each pass's run
 with every tensor an output 0.155-0.177 (0.13 without the outputs); the ranges and
 the histogram are compiled kernels (``kernels``: each value read once, outside
 the GIL; from ``COMPILED_FROM`` bytes of activations on, numpy below) with the
-counts numpy's formulas give: ranges about 0.06 (numpy's
+counts numpy's formulas give: ranges about 0.04-0.05 (numpy's
 min then max: 0.064, the row still in the CPU cache for the second read), the
 histogram 0.07-0.08 (0.10-0.14 before it counted runs of values in one bin,
 16 or 8 at a time, and fetched the next block while counting: 0.61x side by

@@ -129,6 +129,23 @@ def test_edge_cases_equal_numpy():
     assert statistics.numpy_ranges(x, per_channel=False) == (float(x.min()), float(x.max()), None, None)
 
 
+def test_ranges_find_the_extremes_at_every_part_edge():
+    """The ranges kernel reads each row in parts of kernels._AHEAD values (asking for the next part
+    while it reads one): a minimum or maximum on a part's first or last value, in a row's last
+    short part, or in a row shorter than a part is found, per channel and overall."""
+    part = kernels._AHEAD
+    rng = np.random.default_rng(4)
+    for length in (1, part - 1, part, part + 1, 2 * part + 5):
+        for at in sorted({0, part - 1, part, 2 * part - 1, 2 * part, length - 1}):
+            if at >= length:
+                continue
+            x = rng.uniform(-1, 1, (2, 3, length)).astype(np.float32)
+            x[1, 1, at], x[0, 2, at] = 5.0, -7.0
+            assert_same_ranges(x)
+            lo, hi, cmin, cmax = kernels.ranges(x)
+            assert (lo, hi, cmax[1], cmin[2]) == (-7.0, 5.0, 5.0, -7.0), (length, at)
+
+
 def _runs(bins, lengths, rng):
     """Values in ``bins`` (of 2048 over [0, 1]), each repeated ``lengths`` times, random signs."""
     v = (np.asarray(bins, np.float64) + 0.5) / BINS
