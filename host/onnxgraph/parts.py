@@ -208,10 +208,12 @@ class Parts:
 
 
 
-def open_parted(model: onnx.ModelProto, names: Sequence[str], infos: Mapping[str, TensorInfo]):
+def open_parted(model: onnx.ModelProto, names: Sequence[str], infos: Mapping[str, TensorInfo], at_once: int = 1):
     """What runs ``model``, which outputs ``names``: its parts opened (``Parts``), or one session when
-    it is one part; every session in the one shared onnxruntime arena (``open_session(arena="shared")``)."""
-    parts = Parts(model, names, infos)
+    it is one part; every session in the one shared onnxruntime arena (``open_session(arena="shared")``).
+    ``at_once``: how many runs of it hold a part at the same time; each part gets PART_BYTES / at_once,
+    so that they hold about one part's memory together."""
+    parts = Parts(model, names, infos, budget=PART_BYTES // max(1, at_once))
     if len(parts) == 1:
         return open_session(model, arena="shared")
     return parts.open(lambda m: open_session(m, arena="shared"))

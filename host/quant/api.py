@@ -518,8 +518,9 @@ def similarity(
     q_infos = tensor_infos(quantized_model)
     f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
     q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
-    fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
-    qs = open_parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos)
+    workers = min(sample_workers(), len(samples))     # each holds a part of each model: parts of 1 / workers the size
+    fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos, at_once=workers)
+    qs = open_parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos, at_once=workers)
     compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
     node_cosine = _node_cosine(sum(tensor_bytes(f_infos.get(ft)) or 0 for ft, _ in compared) * len(samples))
 
@@ -530,53 +531,48 @@ def similarity(
             out.append(node_cosine(fv[ft], qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])))
         return out
 
-    # One sample at a time, part by part (onnxgraph.Parts: the float and the quantized model each cut
-    # into pieces of about 64 MB of outputs): a part of each model on two threads, then the cosines of
-    # the pairs both have on two threads, then their tensors are dropped. On PP-OCRv4 det 640x640
-    # that holds a few parts' outputs instead of both models' every output (376 MB each).
+    # Each sample on a sample worker of its own (two at once on two cores), part by part
+    # (onnxgraph.Parts: the float and the quantized model each cut into pieces of about 64 MB of
+    # outputs): a part of each model, then the cosines of the pairs both have, then their tensors
+    # are dropped. On PP-OCRv4 det 640x640 a worker holds a part of each model's outputs instead of
+    # both models' every output (376 MB each).
     keys = list(compared)
+    keep = set(out_names)
+
+    def one_sample(sample):
+        """(per pair: its cosine, the float outputs, the quantized outputs dequantized) of one sample."""
+        f_parts, q_parts = _part_values(fs, f_names, sample), _part_values(qs, q_names, sample)
+        fv: Dict[str, np.ndarray] = {}
+        qv: Dict[str, np.ndarray] = {}
+        left = keys
+        node_cos: Dict[tuple, float] = {}
+        while True:
+            f_part, q_part = next(f_parts, None), next(q_parts, None)
+            if f_part is None and q_part is None:
+                break
+            fv.update(f_part or {})
+            qv.update(q_part or {})
+            ready = [k for k in left if k[0] in fv and k[1] in qv]
+            node_cos.update(zip(ready, node_cosines_of(fv, qv, ready)))
+            done = set(ready)
+            left = [k for k in left if k not in done]
+            f_need, q_need = {k[0] for k in left} | keep, {k[1] for k in left} | keep
+            fv = {t: v for t, v in fv.items() if t in f_need}
+            qv = {t: v for t, v in qv.items() if t in q_need}
+        fixed = []
+        for o in out_names:
+            prod = qidx.producer.get(o)
+            fixed.append(_dequantize(qidx, prod, qv[o]) if prod is not None and prod.op_type == Q else qv[o])
+        return node_cos, [fv[o] for o in out_names], fixed
+
     sums: Dict[tuple, float] = {k: 0.0 for k in compared}
     ref, got = [], []
-    keep = set(out_names)
-    with ThreadPoolExecutor(2, thread_name_prefix="bpuemu-sample") if sample_workers() > 1 else nullcontext() as pool:
-        for sample in samples:
-            f_parts, q_parts = _part_values(fs, f_names, sample), _part_values(qs, q_names, sample)
-            fv: Dict[str, np.ndarray] = {}
-            qv: Dict[str, np.ndarray] = {}
-            left = keys
-            node_cos: Dict[tuple, float] = {}
-            while True:
-                if pool is not None:
-                    f_next = pool.submit(next, f_parts, None)
-                    q_part = next(q_parts, None)
-                    f_part = f_next.result()
-                else:
-                    f_part, q_part = next(f_parts, None), next(q_parts, None)
-                if f_part is None and q_part is None:
-                    break
-                fv.update(f_part or {})
-                qv.update(q_part or {})
-                ready = [k for k in left if k[0] in fv and k[1] in qv]
-                if pool is not None and len(ready) > 1:
-                    halves = [ready[0::2], ready[1::2]]
-                    parts = list(pool.map(lambda part: node_cosines_of(fv, qv, part), halves))
-                    node_cos.update(zip(halves[0] + halves[1], parts[0] + parts[1]))
-                else:
-                    node_cos.update(zip(ready, node_cosines_of(fv, qv, ready)))
-                done = set(ready)
-                left = [k for k in left if k not in done]
-                f_need, q_need = {k[0] for k in left} | keep, {k[1] for k in left} | keep
-                fv = {t: v for t, v in fv.items() if t in f_need}
-                qv = {t: v for t, v in qv.items() if t in q_need}
+    with ThreadPoolExecutor(workers, thread_name_prefix="bpuemu-sample") if workers > 1 else nullcontext() as pool:
+        for node_cos, reference, outputs in (pool.map(one_sample, samples) if pool is not None else map(one_sample, samples)):
             for k in keys:                  # summed in sample order, as one loop would
                 sums[k] += node_cos[k]
-            ref.append([fv[o] for o in out_names])
-            fixed = []
-            for o in out_names:
-                prod = qidx.producer.get(o)
-                fixed.append(_dequantize(qidx, prod, qv[o]) if prod is not None and prod.op_type == Q else qv[o])
-            got.append(fixed)
-            del fv, qv
+            ref.append(reference)
+            got.append(outputs)
     integer = {k for k, o in enumerate(out_names) if is_integer(ref[0][k])}
     agreements = {o: float(np.mean([agreement_rate(r[k], g[k]) for r, g in zip(ref, got)]))
                   for k, o in enumerate(out_names) if k in integer}

@@ -763,9 +763,9 @@ def test_default_search_chooses_what_scoring_every_candidate_on_every_sample_cho
 
 
 def test_similarity_is_the_same_with_one_or_two_sample_threads(zoo, monkeypatch):
-    """similarity runs one sample at a time, its float and quantized runs on two threads and its node
-    cosines split between them: every node and output cosine equals the one-thread run's to the
-    last digit (each cosine lands on its own node)."""
+    """similarity runs two samples at once, each on a thread of its own (its float and quantized parts
+    and its node cosines), and adds each sample's cosines in sample order: every node and output
+    cosine equals the one-thread run's to the last digit."""
     _, q = zoo.quantize(calibration_type="default")
     results = []
     for workers in ("1", "2"):
