@@ -110,6 +110,16 @@ def _entropy(p: np.ndarray, q: np.ndarray) -> float:
         return float(np.sum(p[mask] * np.log(p[mask] / q[mask])))
 
 
+def kl_prefix_sums(h: np.ndarray):
+    """Prefix sums over the bins of an int64 histogram (each with a leading 0): counts, non-empty bins,
+    count x log count and log count (0 for empty bins)."""
+    pos = h > 0
+    logh = np.zeros(h.size)
+    logh[pos] = np.log(h[pos])
+    return (np.concatenate([[0], np.cumsum(h)]), np.concatenate([[0], np.cumsum(pos)]),
+            np.concatenate([[0.0], np.cumsum(h * logh)]), np.concatenate([[0.0], np.cumsum(logh)]))
+
+
 def kl_divergences(hist: np.ndarray, quantized_bins: int = 128, eps: float = 0.0001) -> np.ndarray:
     """KL divergence of every cut i in [quantized_bins, len(hist)], all cuts at once.
 
@@ -135,13 +145,7 @@ def kl_divergences(hist: np.ndarray, quantized_bins: int = 128, eps: float = 0.0
     if I.size == 0:
         return np.empty(0)
     total = int(h.sum())
-    pos = h > 0
-    logh = np.zeros(n)
-    logh[pos] = np.log(h[pos])
-    C = np.concatenate([[0], np.cumsum(h)])
-    NZ = np.concatenate([[0], np.cumsum(pos)])
-    L1 = np.concatenate([[0.0], np.cumsum(h * logh)])
-    L0 = np.concatenate([[0.0], np.cumsum(logh)])
+    C, NZ, L1, L0 = kl_prefix_sums(h)
 
     m = I // qb
     ms = np.arange(m[0], m[-1] + 1)

@@ -18,7 +18,7 @@ from bpuemu.host import quant
 from bpuemu.host import samples as host_samples
 from bpuemu.host.compiler.partition import compile_model
 from bpuemu.host.compiler.placement import place
-from bpuemu.host.quant.calibrators import _entropy, _smooth, kl_divergences
+from bpuemu.host.quant.calibrators import _entropy, _smooth, kl_divergences, kl_prefix_sums
 from bpuemu.host.onnxgraph import feed_for, open_session as session
 
 try:  # tests/ imported as a package, or its directories put on sys.path by pytest
@@ -276,13 +276,7 @@ def _kl_gathered(hist, quantized_bins=128, eps=0.0001):
     h = np.asarray(hist, dtype=np.int64)
     n = h.size
     total = int(h.sum())
-    pos = h > 0
-    logh = np.zeros(n)
-    logh[pos] = np.log(h[pos])
-    C = np.concatenate([[0], np.cumsum(h)])
-    NZ = np.concatenate([[0], np.cumsum(pos)])
-    L1 = np.concatenate([[0.0], np.cumsum(h * logh)])
-    L0 = np.concatenate([[0.0], np.cumsum(logh)])
+    C, NZ, L1, L0 = kl_prefix_sums(h)
     I = np.arange(quantized_bins, n + 1)
     m = I // quantized_bins
     j = np.arange(quantized_bins)
