@@ -18,11 +18,13 @@ order as they come, so the statistics are exactly those of one sequential loop
 than a few samples' summaries wait (a histogram per tensor per sample: 3 MB on
 PP-OCRv4 det, 300 MB had 100 samples' waited).
 
-Memory: the augmented model runs in parts (``onnxgraph.Parts``, about 64 MB of
-activations each, in the process's shared onnxruntime arena), each part's
-tensors summarised before the next part runs: on PP-OCRv4 det at 640x640 a
-worker holds one part's activations instead of the run's 376 MB, for the same
-CPU time and the same values (tests/host/test_real_models.py).
+Memory: the augmented model runs in parts (``onnxgraph.Parts``, about 4 MB of
+activations each when they take more than 64 MB, in the process's shared
+onnxruntime arena), each part's tensors summarised before the next part runs:
+on PP-OCRv4 det at 640x640 a worker holds one part's activations instead of the
+run's 376 MB, still in the core's cache when they are summarised, for less CPU
+time than whole runs (parts.CUT_BYTES) and the same values
+(tests/host/test_real_models.py).
 
 Why two passes and not one: the histogram's bins span [0, absmax] of *all*
 samples, which is known only after the last one; a one-pass histogram over a

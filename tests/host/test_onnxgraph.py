@@ -204,6 +204,28 @@ def test_parts_give_every_tensor_of_one_run_bit_identical_part_by_part():
     assert len(Parts(whole, names, infos, budget=1 << 40)) == 1   # within the budget: the whole model
 
 
+def test_a_model_over_the_budget_is_cut_into_cache_sized_parts(monkeypatch):
+    """A model whose wanted tensors take more than the budget is cut into parts of CUT_BYTES (each
+    part's outputs still in the core's cache when they are reduced), not of the budget; one within
+    the budget stays whole."""
+    from quant_models import zoo_model
+
+    from bpuemu.host.onnxgraph import parts as P
+
+    m = zoo_model(size=32)
+    infos = tensor_infos(m)
+    names = [o for n in m.graph.node for o in n.output if infos[o].is_float]
+    whole = with_outputs(m, names, infos)
+    total = sum(P.tensor_bytes(infos[t]) for t in names)
+    finest = len(P.Parts(whole, names, infos, budget=1))
+    assert finest > 2
+    monkeypatch.setattr(P, "CUT_BYTES", 1)
+    assert len(P.Parts(whole, names, infos, budget=total - 1)) == finest   # over the budget: CUT_BYTES parts
+    assert len(P.Parts(whole, names, infos, budget=total)) == 1            # within it: whole
+    monkeypatch.setattr(P, "CUT_BYTES", 1 << 40)
+    assert len(P.Parts(whole, names, infos, budget=total - 1)) <= 2        # parts of the budget
+
+
 def test_imap_samples_yields_in_order_with_a_bounded_lookahead():
     """Results come in sample order as they are ready, and the workers run at most 2 x workers
     samples ahead of the caller: a caller adding results up never holds every sample's."""
