@@ -128,7 +128,22 @@ threads do the statistics of det 640 x 20 in 6.2 / 6.4 s against 12.5 / 14.5 s o
 each with its own sessions: 7.0 / 6.6 s); with numpy's reductions two threads took 12.6 / 14.4 s and
 forked processes 9.6 s (one process, alternating, load 1.6-2.6).
 
-The goal (<= 1.0, and no more memory) is not met (1.37 with the kernels, above). Before them:
+Session 7 (2 Dec, 03:38-04:03 UTC), the same command, nothing else timed, load 1.8 and 1.2 at the
+starts (the bench's own): after the KL divergences computed once per group width and the search's
+float reference on a thread of its own (search 8.7 -> 6.8 s), the histogram kernel counting runs of
+one bin at once and both kernels prefetching (histogram 0.125 -> 0.062-0.090 s a sample, ranges 0.050
+-> 0.044), and the cosine table's samples two at once (1.61 -> 1.85 cores): default 40.8 / 39.8 s
+(median 40.3) vs MinMax 36.2 / 34.7 s (35.4) = 1.14, peak 1639 / 2107 MB. Then with the parts cut at
+4 MB (``onnxgraph.parts.CUT_BYTES``, each part's outputs still in the core's cache when reduced), at
+03:58-04:03: default 36.4 / 37.3 s (median 36.8), default-rerun 13.2 / 15.2 s (14.2), MinMax 30.3 /
+29.2 s (29.7): 1.24 and 0.48; peak 1435 / 1439 / 2108 MB. By stage: statistics 23.7 s on 1.91 cores
+against their floor of 21.0 s (run 0.157 s, ranges 0.044 s, histogram 0.062 s a sample, one thread),
+search 6.6 s, cosine table 4.7 s, emit/compile 0.35 s, the rest 1.3 s. MinMax's own time moved from
+35.4 to 29.7 s between the two runs (32.6 s the session before): the ratio moves with the machine as
+much as with the code, so the A/Bs that measured each change (``bench/rerun_ab.py --first``, old and
+new checkouts alternating in one run) are in the commit messages.
+
+The goal (<= 1.0, and no more memory) is not met (1.14-1.24 in session 7, above). Before the kernels:
 MinMax runs the float model once per sample with ReduceMin/ReduceMax appended; makertbin's
 default runs it twice per sample with every activation out (the ranges, then a 2048-bin histogram
 of |x| over the final [0, absmax], which the percentile and KL candidates read), counts 94 M
