@@ -81,7 +81,8 @@ class _Part:
 class Parts:
     """``model`` (whose graph outputs include ``wanted``), in one part when its wanted tensors take
     ``budget`` bytes (PART_BYTES by default) or less, else cut into parts of about CUT_BYTES of them
-    each (``budget``, when smaller); one part when a size is unknown or the model has subgraphs. ``open(open_session)`` opens the parts' sessions; ``run(feed, consume)`` calls
+    each (``budget``, when smaller); one part when a size is unknown or the model has subgraphs.
+    ``open(open_session)`` opens the parts' sessions; ``run(feed, consume)`` calls
     ``consume({name: value})`` once per part, in graph order, with that part's wanted tensors."""
 
     def __init__(self, model: onnx.ModelProto, wanted: Sequence[str], infos: Optional[Mapping[str, TensorInfo]] = None,
@@ -217,12 +218,10 @@ class Parts:
 
 
 
-def open_parted(model: onnx.ModelProto, names: Sequence[str], infos: Mapping[str, TensorInfo], at_once: int = 1):
+def open_parted(model: onnx.ModelProto, names: Sequence[str], infos: Mapping[str, TensorInfo]):
     """What runs ``model``, which outputs ``names``: its parts opened (``Parts``), or one session when
-    it is one part; every session in the one shared onnxruntime arena (``open_session(arena="shared")``).
-    ``at_once``: how many runs of it hold a part at the same time; each part gets PART_BYTES / at_once,
-    so that they hold about one part's memory together."""
-    parts = Parts(model, names, infos, budget=PART_BYTES // max(1, at_once))
+    it is one part; every session in the one shared onnxruntime arena (``open_session(arena="shared")``)."""
+    parts = Parts(model, names, infos)
     if len(parts) == 1:
         return open_session(model, arena="shared")
     return parts.open(lambda m: open_session(m, arena="shared"))

@@ -518,9 +518,8 @@ def similarity(
     q_infos = tensor_infos(quantized_model)
     f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
     q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
-    workers = min(sample_workers(), len(samples))     # each holds a part of each model: parts of 1 / workers the size
-    fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos, at_once=workers)
-    qs = open_parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos, at_once=workers)
+    fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
+    qs = open_parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos)
     compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
     node_cosine = _node_cosine(sum(tensor_bytes(f_infos.get(ft)) or 0 for ft, _ in compared) * len(samples))
 
@@ -567,6 +566,7 @@ def similarity(
 
     sums: Dict[tuple, float] = {k: 0.0 for k in compared}
     ref, got = [], []
+    workers = min(sample_workers(), len(samples))
     with ThreadPoolExecutor(workers, thread_name_prefix="bpuemu-sample") if workers > 1 else nullcontext() as pool:
         for node_cos, reference, outputs in (pool.map(one_sample, samples) if pool is not None else map(one_sample, samples)):
             for k in keys:                  # summed in sample order, as one loop would
