@@ -6,7 +6,7 @@ conversion's wait and give the same ``TensorStats`` every time. They depend on
 nothing but the float model calibrated (the plan's graph), the tensors asked
 for, the exact sample arrays fed (bytes, dtype, shape, order), the histogram
 bin count and the onnxruntime that ran the model, so those are the entry's key
-(a BLAKE2b digest). What was collected is stored: an entry with histograms and
+(a SHA-256 digest, ``statistics_key``). What was collected is stored: an entry with histograms and
 per-channel ranges serves a request needing less (the extra parts are dropped,
 giving exactly what collecting with the request's settings gives); a request
 needing more recomputes with both and replaces the entry. The KL thresholds the
@@ -64,26 +64,30 @@ def cache_dir() -> Optional[Path]:
 
 def statistics_key(model: onnx.ModelProto, tensors: Sequence[str], samples: Sequence[Sample],
                    infos: Mapping[str, TensorInfo], bins: int) -> str:
-    """The digest of everything the statistics depend on (settings that only drop parts excluded)."""
+    """The digest of everything the statistics depend on (settings that only drop parts excluded).
+
+    SHA-256: 1.2-1.4 GB/s on this machine's CPUs (SHA instructions), BLAKE2b 0.6. The 100 samples
+    of PP-OCRv4 det at 640x640 (int8, 123 MB) are hashed before the statistics' first run."""
     import onnxruntime
-
-    h = hashlib.blake2b(digest_size=20)
-
-    def part(data: bytes) -> None:      # length-prefixed, so no two different inputs hash the same stream
-        h.update(len(data).to_bytes(8, "little"))
-        h.update(data)
 
     head = {"format": FORMAT, "onnxruntime": onnxruntime.__version__, "bins": bins,
             "tensors": [[t, *((infos[t].elem_type, infos[t].shape) if t in infos else ())] for t in tensors],
             "samples": len(samples)}
-    part(json.dumps(head).encode())
-    part(model.SerializeToString(deterministic=True))
+    h = hashlib.sha256()
+    _part(h, json.dumps(head).encode())
+    _part(h, model.SerializeToString(deterministic=True))
     for sample in samples:
         for name in sorted(sample):
             a = np.ascontiguousarray(sample[name])
-            part(json.dumps([name, a.dtype.str, list(a.shape)]).encode())
-            part(a.reshape(-1).view(np.uint8).data if a.size else b"")
-    return h.hexdigest()
+            _part(h, json.dumps([name, a.dtype.str, list(a.shape)]).encode())
+            _part(h, a.reshape(-1).view(np.uint8).data if a.size else b"")
+    return h.hexdigest()[:40]
+
+
+def _part(h, data) -> None:
+    """Length-prefixed, so no two different inputs hash the same stream."""
+    h.update(len(data).to_bytes(8, "little"))
+    h.update(data)
 
 
 def _arrays(key: str, stats: Mapping[str, TensorStats], histograms: bool, per_channel: bool, bins: int,
