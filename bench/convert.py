@@ -168,7 +168,11 @@ the entry and hashing the samples take milliseconds), the rest 1.9 s.
 Each makertbin side also prints where its wall time went: per stage, the median over the rounds of
 makertbin's own stage clock (``Artifacts.stages``, logged as ``time by stage: ...``; ``stages_line``):
 statistics, search, cosine table, emit/compile and the rest, each with the cores it kept busy (CPU /
-wall). On a det 640 x 100 rerun before the changes below (load 1.7-2.1): statistics 0.31 s (0.94
+wall) and the CPU seconds spent inside onnxruntime's runs (``onnxruntime_clock``: each
+``Session.run``'s thread CPU time); a second line puts those runs alone, spread over the cores
+without a gap, against MinMax's whole wall time (``runs_line``): what the conversion cannot go below
+with the runs it makes. The table's ratio cells give, in brackets, the lowest and highest of the
+rounds' own ratios (``round_spread``). On a det 640 x 100 rerun before the changes below (load 1.7-2.1): statistics 0.31 s (0.94
 cores), search 7.80 s (1.67), cosine table 9.12 s (1.67), emit/compile 0.40 s, the rest 1.52 s (one
 core: reading the 100 calibration files 0.6 s, the optimizer 0.4 s). Two changes since, measured
 with ``bench/rerun_ab.py`` (both checkouts in one run, fresh processes alternating, 3 rounds each,
@@ -410,14 +414,56 @@ def ort_runner(case: Case, quantized_path: str) -> Callable[[np.ndarray], np.nda
 
 def timed_makertbin(yaml_path: str, statistics_cache: str = "off"):
     """makertbin as a user runs it; ``statistics_cache``: the calibration statistics cache directory
-    (BPUEMU_CALIBRATION_CACHE), ``off`` for a conversion that computes them (the first one)."""
+    (BPUEMU_CALIBRATION_CACHE), ``off`` for a conversion that computes them (the first one).
+    Returns (artifacts, wall seconds, onnxruntime CPU seconds per stage: ``onnxruntime_clock``)."""
     from bpuemu.host.mapper.makertbin import makertbin_from_config
     from bpuemu.host.quant.statcache import ENV
 
     os.environ[ENV] = statistics_cache
-    t0 = time.perf_counter()
-    art = makertbin_from_config(yaml_path)
-    return art, time.perf_counter() - t0
+    with onnxruntime_clock() as ort_cpu:
+        t0 = time.perf_counter()
+        art = makertbin_from_config(yaml_path)
+        wall = time.perf_counter() - t0
+    return art, wall, dict(ort_cpu)
+
+
+@contextlib.contextmanager
+def onnxruntime_clock():
+    """Per makertbin stage (``StageClock``'s innermost open one; "the rest" outside them), the CPU
+    seconds spent inside onnxruntime's ``Session.run``: each run's thread CPU time (the board's
+    session options run a model on the calling thread, one intra-op thread), summed over the
+    threads that run. What is left of a stage's CPU is bpuemu's own: the statistics' kernels, the
+    cosines, building models, Python. Costs two clock reads a run."""
+    from onnxruntime.capi.onnxruntime_inference_collection import Session
+
+    from bpuemu.host.quant.stages import StageClock
+
+    spent: Dict[str, float] = {}
+    open_: List[str] = []
+    run, stage = Session.run, StageClock.stage
+
+    def timed_run(self, *args, **kwargs):
+        t0 = time.thread_time()
+        try:
+            return run(self, *args, **kwargs)
+        finally:
+            name = open_[-1] if open_ else "the rest"
+            spent[name] = spent.get(name, 0.0) + time.thread_time() - t0
+
+    @contextlib.contextmanager
+    def tracked(self, name):
+        open_.append(name)
+        try:
+            with stage(self, name):
+                yield
+        finally:
+            open_.pop()
+
+    Session.run, StageClock.stage = timed_run, tracked
+    try:
+        yield spent
+    finally:
+        Session.run, StageClock.stage = run, stage
 
 
 def in_child(fn: Callable[[], object], result: Optional[list] = None) -> Tuple[float, float]:
@@ -450,25 +496,39 @@ def in_child(fn: Callable[[], object], result: Optional[list] = None) -> Tuple[f
     return wall, rss
 
 
-def _stages_of(value) -> Optional[Dict[str, Tuple[float, float]]]:
-    """A makertbin side's (artifacts, seconds) -> its stage times (``Artifacts.stages``); None for onnxruntime's."""
+def _stages_of(value) -> Optional[Dict[str, Tuple[float, float, float]]]:
+    """A makertbin side's (artifacts, seconds, onnxruntime CPU per stage) -> per stage (wall, CPU,
+    onnxruntime's CPU) seconds (``Artifacts.stages``, ``onnxruntime_clock``); None for onnxruntime's side."""
     if isinstance(value, tuple) and hasattr(value[0], "stages"):
-        return dict(value[0].stages)
+        return {name: (w, c, value[2].get(name, 0.0)) for name, (w, c) in value[0].stages.items()}
     return None
 
 
-def median_stages(runs: List[Dict[str, Tuple[float, float]]]) -> Dict[str, Tuple[float, float]]:
-    """Per stage, the median wall and the median CPU seconds over the rounds' runs."""
-    return {name: (statistics.median(r[name][0] for r in runs), statistics.median(r[name][1] for r in runs))
+def median_stages(runs: List[Dict[str, Tuple[float, ...]]]) -> Dict[str, Tuple[float, ...]]:
+    """Per stage, the median of each figure (wall, CPU, onnxruntime's CPU seconds) over the rounds' runs."""
+    return {name: tuple(statistics.median(r[name][k] for r in runs) for k in range(len(runs[0][name])))
             for name in runs[0]}
 
 
-def stages_line(side: str, stages: Dict[str, Tuple[float, float]], runs: int) -> str:
+def stages_line(side: str, stages: Dict[str, Tuple[float, ...]], runs: int) -> str:
     """Where a makertbin side's wall time went: per stage (bpuemu.host.quant.stages), the median wall
-    and CPU seconds of ``runs`` runs, and the cores the stage kept busy (CPU / wall)."""
-    cells = [f"{name} {w:.2f} s ({c / w if w > 0 else 0:.2f} cores)" for name, (w, c) in stages.items()]
+    and CPU seconds of ``runs`` runs, the cores the stage kept busy (CPU / wall) and the CPU seconds
+    spent in onnxruntime's runs."""
+    cells = [f"{name} {w:.2f} s ({c / w if w > 0 else 0:.2f} cores; CPU {c:.1f} s, onnxruntime's runs {o:.1f})"
+             for name, (w, c, o) in stages.items()]
     return (f"{side} by stage (median of {runs}, wall and CPU / wall): " + ", ".join(cells)
-            + f"; sum {sum(w for w, _ in stages.values()):.2f} s")
+            + f"; sum {sum(st[0] for st in stages.values()):.2f} s")
+
+
+def runs_line(side: str, stages: Dict[str, Tuple[float, ...]], minmax_wall: float, cores: int) -> str:
+    """A makertbin side's onnxruntime runs alone (``onnxruntime_clock``, every stage) spread over
+    ``cores`` without a gap, against onnxruntime MinMax's whole wall time: what the conversion cannot
+    go below with the runs it makes, before its own kernels, cosines and model building."""
+    ort = sum(st[2] for st in stages.values())
+    cpu = sum(st[1] for st in stages.values())
+    return (f"{side}: onnxruntime's runs {ort:.1f} of its {cpu:.1f} CPU s; alone over {cores} cores {ort / cores:.1f} s "
+            f"= {ort / cores / minmax_wall:.2f} x MinMax's whole {minmax_wall:.1f} s (the rest of its CPU "
+            f"over {cores} cores: {(cpu - ort) / cores:.1f} s)")
 
 
 class _Captured(Exception):
@@ -577,9 +637,11 @@ class Result:
     peak_mb: Dict[str, float]         # peak RSS per side
     note: str = ""
     floor: Optional[Dict[str, float]] = None    # statistics_floor(), when the default side ran
-    #: makertbin side -> stage -> median (wall s, CPU s) over the rounds (``median_stages``)
-    stages: Dict[str, Dict[str, Tuple[float, float]]] = field(default_factory=dict)
+    #: makertbin side -> stage -> median (wall s, CPU s, onnxruntime's CPU s) over the rounds (``median_stages``)
+    stages: Dict[str, Dict[str, Tuple[float, ...]]] = field(default_factory=dict)
     rounds: int = 0
+    #: side -> its wall time in each round (the sides alternate within a round)
+    round_walls: Dict[str, List[float]] = field(default_factory=dict)
 
     @property
     def default_ratio(self) -> float:
@@ -625,7 +687,7 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
     sides = {k: v for k, v in sides.items() if k in wanted}
     wall: Dict[str, List[float]] = {k: [] for k in sides}
     peak: Dict[str, float] = {k: 0.0 for k in sides}
-    staged: Dict[str, List[Dict[str, Tuple[float, float]]]] = {k: [] for k in sides}
+    staged: Dict[str, List[Dict[str, Tuple[float, ...]]]] = {k: [] for k in sides}
     in_child(lambda: sides[next(k for k in ("default-rerun", "default", "max") if k in sides)]("_warmup"))
     in_child(lambda: sides["MinMax"]("_warmup"))
     for r in range(rounds):
@@ -642,6 +704,7 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
     stages = {k: median_stages(v) for k, v in staged.items() if v}
     for side, st in stages.items():
         log(f"  {case.name} {stages_line(side, st, len(staged[side]))}")
+        log(f"  {case.name} {runs_line(side, st, medians['MinMax'], _cores())}")
     floor = None
     if "default" in sides:
         got: list = []
@@ -651,11 +714,11 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
     if timing_only:
         return Result(case.name, float("nan"), float("nan"), "", "", float("nan"), float("nan"), medians.get("max", float("nan")),
                       medians["MinMax"], prep_time, medians.get("default", float("nan")), {}, medians, peak, floor=floor,
-                      stages=stages, rounds=rounds)
+                      stages=stages, rounds=rounds, round_walls=wall)
     ours_t, ort_t = wall["max"], wall["MinMax"]
 
     # 2. quality on held-out pages.
-    art, _ = timed_makertbin(yaml_default)
+    art = timed_makertbin(yaml_default)[0]
     default_time = statistics.median(wall["default"])
     ours = held_out_cosines(case, ours_runner(case, art.quantized))
     method = _selected_method(art)
@@ -676,7 +739,7 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
     note = ""
     if float(np.mean(ours)) < ort_all[best][0]:
         # Show what the default search's own step-3 candidate would have given, set in the yaml.
-        art3, _ = timed_makertbin(write_yaml(case, work, "max", cal_dir, "_step3", STEP3))
+        art3 = timed_makertbin(write_yaml(case, work, "max", cal_dir, "_step3", STEP3))[0]
         c3 = held_out_cosines(case, ours_runner(case, art3.quantized))
         note = (f"the default search stopped at {method} (ptq_faq 6.6.1.4: its best cosine on the calibration data "
                 f"reached 0.995); its step-3 candidate (max-percentile 0.99995 + perchannel + asymmetric, set in the "
@@ -684,7 +747,7 @@ def bench_case(case: Case, work: str, rounds: int, log: Callable[[str], None], w
         log(f"  {case.name}: {note}")
     return Result(case.name, float(np.mean(ours)), float(np.min(ours)), method, best, ort_all[best][0], ort_all[best][1],
                   statistics.median(ours_t), statistics.median(ort_t), prep_time, default_time, ort_all,
-                  medians, peak, note, floor, stages, rounds)
+                  medians, peak, note, floor, stages, rounds, wall)
 
 
 def _cores() -> int:
@@ -710,6 +773,13 @@ def _selected_method(art) -> str:
     return " + ".join(parts)
 
 
+def round_spread(r: Result, ours: str, theirs: str) -> str:
+    """`` [lowest-highest]`` of the rounds' own ratios (each round's two sides ran next to each other),
+    empty with one round: how far the medians' ratio can be trusted on this machine."""
+    per_round = [a / b for a, b in zip(r.round_walls.get(ours, []), r.round_walls.get(theirs, []))]
+    return f" [{min(per_round):.2f}-{max(per_round):.2f}]" if len(per_round) > 1 else ""
+
+
 def table(results: List[Result]) -> str:
     head = ["model", "ours default cos mean/min", "best onnxruntime setting", "its cos mean/min",
             "default / MinMax", "default-rerun / MinMax", "default / Entropy", "max / MinMax",
@@ -717,7 +787,7 @@ def table(results: List[Result]) -> str:
     def ratio(r: Result, ours: str, theirs: str) -> str:
         if ours not in r.wall or theirs not in r.wall:
             return "--"
-        return f"{r.wall[ours]:.1f} s / {r.wall[theirs]:.1f} s = {r.wall[ours] / r.wall[theirs]:.2f}"
+        return f"{r.wall[ours]:.1f} s / {r.wall[theirs]:.1f} s = {r.wall[ours] / r.wall[theirs]:.2f}" + round_spread(r, ours, theirs)
 
     rows = [[r.name, f"{r.ours_mean:.5f} / {r.ours_min:.5f}", r.ort_best or "--", f"{r.ort_mean:.5f} / {r.ort_min:.5f}",
              ratio(r, "default", "MinMax"), ratio(r, "default-rerun", "MinMax"), ratio(r, "default", "Entropy"), ratio(r, "max", "MinMax"),
@@ -772,6 +842,7 @@ def main(argv: Optional[List[str]] = None) -> int:
             log(f"  {r.name}: {floor_line(r.floor, r.wall['MinMax'], _cores())}")
         for side, st in r.stages.items():
             log(f"  {r.name} {stages_line(side, st, r.rounds)}")
+            log(f"  {r.name} {runs_line(side, st, r.wall['MinMax'], _cores())}")
     log("goal 2: makertbin calibration_type default held-out mean cosine >= the best onnxruntime setting's "
         "(MinMax/Entropy/Percentile x per_channel), all run with session_options() (QDQ fusion off)")
     for r in results:

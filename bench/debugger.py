@@ -108,7 +108,7 @@ def convert_case(yaml_path: str):
     lg.setLevel(logging.INFO)
     lg.propagate = False
     try:
-        art, seconds = C.timed_makertbin(yaml_path)
+        art, seconds, _ = C.timed_makertbin(yaml_path)
     finally:
         lg.removeHandler(cap)
         lg.setLevel(old)
