@@ -110,8 +110,12 @@ def _train_to_rt(x: np.ndarray, train: str, layout: str, spec: model_pb2.InputSp
     training data is compressed to the video range for bt601_video).
     """
     u8 = x if x.dtype == np.uint8 else np.clip(np.rint(x.astype(np.float32)), 0, 255).astype(np.uint8)
-    nhwc = relayout(u8, layout, "NHWC")
     rt, space = spec.input_type_rt, spec.input_space_and_range
+    if rt == train and rt in ("rgb", "bgr", "gray"):
+        # The data is the rt data already, in its layout: at most one transpose (the loop below would
+        # move it to NHWC and back: 3.9 ms of a 1x3x640x640 sample's 7, numpy transposing bytes).
+        return np.ascontiguousarray(relayout(u8, layout or "NHWC", spec.input_layout_rt or "NHWC"))
+    nhwc = relayout(u8, layout, "NHWC")
     items = []
     for img in nhwc:
         if rt == train == "yuv444" or rt == "nv12" and train == "yuv444":

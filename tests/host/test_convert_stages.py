@@ -6,7 +6,7 @@ import pytest
 from onnx import TensorProto, helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
-from bpuemu.common.input_types import to_model_input
+from bpuemu.common.input_types import rt_shape, to_model_input
 from bpuemu.host.convert.caldata import CalInput, iter_samples, read_sample, to_model_inputs
 from bpuemu.host.convert.optimizer import fuse_hardswish, optimize
 from bpuemu.host.convert.preprocess import InputPreprocess, affine, colour_matrix, insert_preprocess
@@ -173,6 +173,27 @@ def test_calibration_feed_equals_what_the_board_preprocess_makes(rt):
     else:
         np.testing.assert_array_equal(feed, board_view.astype(np.float32))
     assert list(feed.shape) == list(spec.model_shape)
+
+
+@pytest.mark.parametrize("kind,channels", [("rgb", 3), ("bgr", 3), ("gray", 1)])
+@pytest.mark.parametrize("train_layout", ["NCHW", "NHWC"])
+@pytest.mark.parametrize("rt_layout", ["NCHW", "NHWC", ""])
+def test_rt_data_of_the_same_type_is_the_sample_in_the_rt_layout(kind, channels, train_layout, rt_layout):
+    """input_type_rt == input_type_train: the rt data is the sample's bytes, moved from the train layout to
+    input_layout_rt (the train layout when unset) at most once; N = 2 and H != W, so a wrong axis shows."""
+    from bpuemu.host.convert.caldata import train_to_rt
+
+    ji = JobInput(InputPreprocess("data", kind, kind, train_layout), (2, channels, 5, 7) if train_layout == "NCHW"
+                  else (2, 5, 7, channels), input_layout_rt=rt_layout)
+    spec = input_spec(ji)
+    nhwc = np.random.default_rng(5).integers(0, 256, (2, 5, 7, channels), dtype=np.uint8)
+    sample = nhwc.transpose(0, 3, 1, 2) if train_layout == "NCHW" else nhwc
+    got = train_to_rt(sample, kind, train_layout, spec)
+    assert spec.input_layout_rt == (rt_layout or train_layout)
+    expect = nhwc.transpose(0, 3, 1, 2) if spec.input_layout_rt == "NCHW" else nhwc
+    assert got.dtype == np.uint8 and got.flags.c_contiguous
+    np.testing.assert_array_equal(got, expect)
+    assert tuple(got.shape) == tuple(rt_shape(spec))
 
 
 def test_optimizer_folds_scalar_and_per_channel_mul_add_into_conv():
