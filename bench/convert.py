@@ -146,7 +146,9 @@ new checkouts alternating in one run) are in the commit messages.
 Session 8 (2 Dec, 05:21-05:51 UTC), the same command with 3 rounds, nothing else timed, three runs
 in a row (load 0.7-1.7, the bench's own): 44.7 / 42.2 s = 1.06 [0.83-1.23 over the rounds] (busy: the
 statistics on 1.60 cores), then 29.6 / 30.7 s = 0.96 [0.85-0.96], then 32.0 / 31.6 s = 1.01
-[0.94-1.20]; default-rerun 0.39 in each; peak 1394-1445 vs 2103-2108 MB. In the 0.96 run, by stage:
+[0.94-1.20]; default-rerun 0.39 in each; peak 1394-1445 vs 2103-2108 MB. A fourth run at 06:17-06:22,
+after the optimizer's folding pass got faster (0.84 -> 0.64 s to the statistics' start): 36.7 / 34.5 s
+= 1.06 [1.00-1.45], default-rerun 0.41, the default side's CPU 70.3 s against 52.4 in the 0.96 run. In the 0.96 run, by stage:
 statistics 17.3 s (1.92 cores, 33.3 CPU s of which onnxruntime's runs 23.1), search 5.8 s (10.6, 9.3),
 cosine table 4.0 s (7.5, 5.2), emit/compile 0.34 s, the rest 0.66 s; onnxruntime's runs alone 37.6 of
 52.4 CPU s, over 2 cores 18.8 s = 0.61x MinMax (``runs_line``), bpuemu's own CPU (the statistics'
@@ -158,7 +160,7 @@ round trip through NHWC (0.75 -> 0.38 s) and hashed with SHA-256 for the cache k
 reading them on a thread beside the model's optimizer was tried and was slower (0.99-1.06 s against
 0.83-0.86 to the statistics' start: both hold the GIL).
 
-The goal (<= 1.0, and no more memory) sits at the edge (0.96 and 1.01 in session 8, above). Before the kernels:
+The goal (<= 1.0, and no more memory) sits at the edge (0.96-1.06 in session 8, above). Before the kernels:
 MinMax runs the float model once per sample with ReduceMin/ReduceMax appended; makertbin's
 default runs it twice per sample with every activation out (the ranges, then a 2048-bin histogram
 of |x| over the final [0, absmax], which the percentile and KL candidates read), counts 94 M
