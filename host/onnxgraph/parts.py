@@ -4,7 +4,7 @@ Calibration statistics and the cosine table run the float (and quantized)
 model with every activation as an output: on PP-OCRv4 det at 640x640 that is
 376 MB per run, all alive until the run returns, per sample worker. ``Parts``
 cuts the graph (its nodes in their topological order) into consecutive
-pieces, each outputting about ``CUT_BYTES`` (4 MB) of the wanted tensors
+pieces, each outputting about ``CUT_BYTES`` (2 MB) of the wanted tensors
 (sizes from shape inference) when all of them take more than ``PART_BYTES``
 (64 MB), and runs them one after the other, each on the
 tensors the earlier ones computed: every node still runs once per sample, so
@@ -54,11 +54,14 @@ LAYOUT_FREE = frozenset({
 #: Bytes of wanted outputs above which a model is cut into parts (PP-OCRv4 det's 376 MB of activations
 #: at 640x640 is; det 160's 24 MB, PP-OCR cls and the sample CNN are not).
 PART_BYTES = 64 << 20
-#: Bytes of wanted outputs per part of a model that is cut: about what a core's cache holds, so that
-#: the part's outputs are still there when the caller reduces them and the next part reuses the same
-#: arena memory. PP-OCRv4 det 640's statistics in 4 MB parts (about 90) against 64 MB ones (6): 0.91x
-#: the wall and CPU time (det 640 x 20, 5 alternating rounds, one process, load 1.2).
-CUT_BYTES = 4 << 20
+#: Bytes of wanted outputs per part of a model that is cut: about what a core's L2 cache holds (2 MB
+#: on this project's Xeons), so that the part's outputs are still there when the caller reduces them
+#: and the next part reuses the same arena memory. PP-OCRv4 det 640's statistics in 4 MB parts
+#: against 64 MB ones: 0.91x the wall and CPU time (det 640 x 20, 5 alternating rounds, one process,
+#: load 1.2); in 2 MB parts against 4 MB: 0.95x wall, 0.96x CPU (4.54 / 4.76 s, 8.47 / 8.84 CPU s,
+#: 6 alternating rounds; 1.5 MB the same as 2, 3 MB slower than 2), and the cosine table of 16 samples
+#: 4.90 / 5.10 s, with the same statistics and table.
+CUT_BYTES = 2 << 20
 
 def tensor_bytes(info: Optional[TensorInfo]) -> Optional[int]:
     """Bytes of a tensor from its inferred type and shape; None when a dimension is unknown."""

@@ -531,7 +531,7 @@ def similarity(
         return out
 
     # Each sample on a sample worker of its own (two at once on two cores), part by part
-    # (onnxgraph.Parts: the float and the quantized model each cut into pieces of about 4 MB of
+    # (onnxgraph.Parts: the float and the quantized model each cut into pieces of about 2 MB of
     # outputs): a part of each model, then the cosines of the pairs both have, then their tensors
     # are dropped. On PP-OCRv4 det 640x640 a worker holds a part of each model's outputs instead of
     # both models' every output (376 MB each).

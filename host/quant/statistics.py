@@ -18,7 +18,7 @@ order as they come, so the statistics are exactly those of one sequential loop
 than a few samples' summaries wait (a histogram per tensor per sample: 3 MB on
 PP-OCRv4 det, 300 MB had 100 samples' waited).
 
-Memory: the augmented model runs in parts (``onnxgraph.Parts``, about 4 MB of
+Memory: the augmented model runs in parts (``onnxgraph.Parts``, about 2 MB of
 activations each when they take more than 64 MB, in the process's shared
 onnxruntime arena), each part's tensors summarised before the next part runs:
 on PP-OCRv4 det at 640x640 a worker holds one part's activations instead of the
