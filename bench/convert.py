@@ -148,7 +148,10 @@ in a row (load 0.7-1.7, the bench's own): 44.7 / 42.2 s = 1.06 [0.83-1.23 over t
 statistics on 1.60 cores), then 29.6 / 30.7 s = 0.96 [0.85-0.96], then 32.0 / 31.6 s = 1.01
 [0.94-1.20]; default-rerun 0.39 in each; peak 1394-1445 vs 2103-2108 MB. A fourth run at 06:17-06:22,
 after the optimizer's folding pass got faster (0.84 -> 0.64 s to the statistics' start): 36.7 / 34.5 s
-= 1.06 [1.00-1.45], default-rerun 0.41, the default side's CPU 70.3 s against 52.4 in the 0.96 run. In the 0.96 run, by stage:
+= 1.06 [1.00-1.45], default-rerun 0.41, the default side's CPU 70.3 s against 52.4 in the 0.96 run.
+A fifth at 06:30-06:35 with parts of 2 MB (``onnxgraph.parts.CUT_BYTES``, a core's L2; 0.95x the
+statistics' wall against 4 MB side by side): 36.3 / 34.4 s = 1.06 [0.89-1.07], the first round 27.8 /
+31.1 s and the next two 1.06-1.07 as the machine slowed. In the 0.96 run, by stage:
 statistics 17.3 s (1.92 cores, 33.3 CPU s of which onnxruntime's runs 23.1), search 5.8 s (10.6, 9.3),
 cosine table 4.0 s (7.5, 5.2), emit/compile 0.34 s, the rest 0.66 s; onnxruntime's runs alone 37.6 of
 52.4 CPU s, over 2 cores 18.8 s = 0.61x MinMax (``runs_line``), bpuemu's own CPU (the statistics'
