@@ -84,10 +84,6 @@ class _Consts(Mapping[str, np.ndarray]):
         self._arrays[proto.name] = array
 
 
-def _consts(model) -> "_Consts":
-    return _Consts(model)
-
-
 def _scalar(consts, name) -> Optional[float]:
     a = consts.get(name)
     if a is None or a.size != 1:
@@ -100,7 +96,7 @@ def fuse_hardswish(model: onnx.ModelProto, dry_run: bool = False) -> int:
     if default_opset(model) < 14 and not dry_run:
         return 0
     g = model.graph
-    consts = _consts(model)
+    consts = _Consts(model)
     idx = GraphIndex(model)
     fused, remove = 0, set()
     for add in list(g.node):
@@ -147,7 +143,7 @@ def batchnorm_to_conv(model: onnx.ModelProto) -> int:
     y = (x - mean) / sqrt(var + eps) * gamma + beta = x * a + b per channel.
     """
     g = model.graph
-    consts = _consts(model)
+    consts = _Consts(model)
     shapes = {vi.name: [d.dim_value for d in vi.type.tensor_type.shape.dim]
               for vi in list(onnx.shape_inference.infer_shapes(model).graph.value_info) + list(g.input)}
     count = 0
@@ -190,7 +186,7 @@ def fold_conv_mul_add(model: onnx.ModelProto) -> int:
     """
     g = model.graph
     folded = 0
-    consts = _consts(model)
+    consts = _Consts(model)
     idx = GraphIndex(model)     # a fold removes only the Mul/Add it folds: the other readers stay true
     for conv in list(g.node):
         if conv.op_type != "Conv" or len(conv.input) < 2 or conv.input[1] not in consts:

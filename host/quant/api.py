@@ -464,8 +464,9 @@ def fused_activations(float_model: onnx.ModelProto, quantized_model: onnx.ModelP
 
 
 def _part_values(runner, names: Sequence[str], sample: Sample):
-    """The values of ``names`` for one sample, as ``{name: value}`` per part. A generator: each run
-    happens in the ``next`` that asks for it, so the float and quantized runs can go on two threads."""
+    """The values of ``names`` for one sample, as ``{name: value}`` per part. A generator: each part runs
+    in the ``next`` that asks for it, so a sample worker takes the float and the quantized model's parts
+    in turn and drops each pair's tensors before the next parts run."""
     feed = feed_for(runner, sample)
     if isinstance(runner, Parts):
         yield from runner.iter_run(feed)
