@@ -9,6 +9,8 @@ yaml asks of the compiled model:
   that cannot run with batch N gets the seed's advice.
 * ``layer_out_dump``: every Conv's quantized output is also a model output,
   dequantized (a ``_HzDequantize`` step each), so a board run can dump them.
+  The J6's ``debug_mode: dump_all_layers_output`` does the same for every Conv
+  and MatMul (ptq_faq_j6, "How to dump model middle tier output?").
 * The O3 compile cache: with optimize_level O3 the compiled result is kept in
   ``<working_dir>/.hb_mapper_cache/``, keyed by the SHA-256 of everything that
   goes into the compile, so an unchanged re-run reuses it.
@@ -58,13 +60,14 @@ def rebatch(quantized: onnx.ModelProto, batch: int) -> onnx.ModelProto:
     return m
 
 
-def with_layer_outputs(quantized: onnx.ModelProto) -> onnx.ModelProto:
-    """Add a DequantizeLinear of every Conv's quantized output as a model output (layer_out_dump)."""
+def with_layer_outputs(quantized: onnx.ModelProto, op_types: Sequence[str] = ("Conv",)) -> onnx.ModelProto:
+    """Add a DequantizeLinear of every ``op_types`` node's quantized output as a model output
+    (layer_out_dump: Conv; dump_all_layers_output: Conv and MatMul)."""
     m = onnx.ModelProto.FromString(quantized.SerializeToString())
     idx = GraphIndex(m)
     added = []
     for n in idx.nodes:
-        if n.op_type != "Conv":
+        if n.op_type not in op_types:
             continue
         q = next((c for c in idx.readers(n.output[0]) if c.op_type == Q), None)
         if q is None or n.output[0] in idx.outputs:
@@ -78,7 +81,8 @@ def with_layer_outputs(quantized: onnx.ModelProto) -> onnx.ModelProto:
         added.append(name)
     m = with_outputs(m, added)
     del m.graph.value_info[:]
-    log.info("layer_out_dump: %d Conv output(s) added as model outputs", len(added))
+    log.info("%s: %d %s output(s) added as model outputs", "layer_out_dump" if tuple(op_types) == ("Conv",)
+             else "dump_all_layers_output", len(added), "/".join(op_types))
     return onnx.shape_inference.infer_shapes(m)
 
 
@@ -113,6 +117,7 @@ def store_compile(working_dir: str, key: str, model: model_pb2.Model, blobs: Dic
 def compile_for_board(quantized: onnx.ModelProto, name: str, specs, *, working_dir: str, force_cpu=(), force_bpu=(),
                       build_info=None, march: str = "bayes-e", input_batch: int = 1, layer_out_dump: bool = False,
                       optimize_level: str = "O3", input_sources: Optional[Dict[str, str]] = None,
+                      dump_all_layers_output: bool = False,
                       ) -> Tuple[model_pb2.Model, Dict[str, bytes], bool]:
     """(model entry, blobs, cache hit) for the `.bin`."""
     from bpuemu.host.compiler.partition import compile_model
@@ -129,8 +134,8 @@ def compile_for_board(quantized: onnx.ModelProto, name: str, specs, *, working_d
         for s in specs:
             if len(s.model_shape):
                 s.model_shape[0] = input_batch
-    if layer_out_dump:
-        board_model = with_layer_outputs(board_model)
+    if layer_out_dump or dump_all_layers_output:
+        board_model = with_layer_outputs(board_model, ("Conv", "MatMul") if dump_all_layers_output else ("Conv",))
     parts = [name.encode(), march.encode(), repr(sorted(force_cpu)).encode(), repr(sorted(force_bpu)).encode(),
              b"".join(s.SerializeToString(deterministic=True) for s in specs),
              repr(sorted((input_sources or {}).items())).encode()]

@@ -9,6 +9,13 @@
 ``ConvertJob`` is everything the run needs, already validated and typed; the
 yaml layer (bpuemu.host.config) and --fast-perf both build one.
 
+The march (``ConvertJob.march``, described by ``bpuemu.common.march``) picks
+the flow's artifacts: the five above for ``bayes-e`` (hb_mapper makertbin);
+for a J6 march (``nash-*``, hb_compile) the quantized model is
+``<prefix>_ptq_model.onnx`` and the deployable model ``<prefix>.hbm``, beside
+``<prefix>_quantized_model.bc`` (``_quantized_removed_model.bc`` when nodes
+were removed) and ``<prefix>_node_info.csv`` (bpuemu.host.convert.j6_artifacts).
+
 Nothing is lost on failure: every output (the five artifacts and the
 calibration_data dump) is written into a fresh staging directory inside
 working_dir and renamed into place only when the whole run succeeded
@@ -19,7 +26,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -27,6 +34,8 @@ import onnx
 from bpuemu.common.atomic import Staging, atomic_output, checkpoint
 from bpuemu.common.container import write_bin
 from bpuemu.common.errors import BpuEmuError, InvalidInput
+from bpuemu.common.march import March
+from bpuemu.common.march import march as march_of
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
@@ -75,6 +84,16 @@ class ConvertJob:
     #: The ONNX model in onnx_model when the caller has read it already (the run takes it over
     #: and reshapes it); None: the run reads onnx_model.
     float_model: Optional[onnx.ModelProto] = field(default=None, repr=False, compare=False)
+    #: calibration_parameters.quant_config of a J6 yaml as given: a JSON file's absolute path, or the
+    #: inline mapping; None when not set (bpuemu.host.quant.quant_config reads it).
+    quant_config: Union[None, str, dict] = None
+    #: debug_mode dump_all_layers_output (J6): a dequantized output after each Conv and MatMul.
+    dump_all_layers_output: bool = False
+
+    @property
+    def march_spec(self) -> March:
+        """The description of ``march`` (bpuemu.common.march): what the flow does differently."""
+        return march_of(self.march)
 
 
 @dataclass
@@ -92,18 +111,32 @@ class Artifacts:
     output_agreements: Dict[str, float] = field(default_factory=dict)
     #: Stage -> (wall s, CPU s) of this run (bpuemu.host.quant.stages.STAGES, in that order).
     stages: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    #: J6 only ("" on the X5): the fixed-point model, the one with removed nodes, the node table.
+    bc: str = ""
+    removed_bc: str = ""
+    node_info: str = ""
+    #: The node table's rows (the columns of NODE_TABLE_COLUMNS... see bpuemu.host.convert.nodetable).
+    node_rows: List[Dict[str, str]] = field(default_factory=list)
 
 
 def artifact_paths(job: ConvertJob, directory: str = "") -> Dict[str, str]:
-    """The five artifacts' paths in ``directory`` (default: the job's working_dir)."""
+    """The artifacts' paths in ``directory`` (default: the job's working_dir), named by the march's flow:
+    "quantized" is the QDQ model, "bin" the deployable model (.bin or .hbm); a J6 march adds "bc",
+    "removed_bc" and "node_info"."""
     base = os.path.join(directory or job.working_dir, job.output_model_file_prefix)
-    return {
+    flow = job.march_spec.flow
+    paths = {
         "original": base + "_original_float_model.onnx",
         "optimized": base + "_optimized_float_model.onnx",
         "calibrated": base + "_calibrated_model.onnx",
-        "quantized": base + "_quantized_model.onnx",
-        "bin": base + ".bin",
+        "quantized": base + (flow.ptq_artifact or flow.quantized_artifact),
+        "bin": base + flow.model_suffix,
     }
+    if flow.ptq_artifact:
+        paths["bc"] = base + flow.quantized_artifact
+        paths["removed_bc"] = base + flow.removed_artifact
+        paths["node_info"] = base + flow.node_info_artifact
+    return paths
 
 
 def float_model(job: "ConvertJob") -> onnx.ModelProto:
@@ -233,20 +266,31 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("Start Model Convert....")
     final = artifact_paths(job)
     clock = StageClock()
-    with Staging(job.working_dir, "makertbin", log) as stage:
-        sha, cosines, table, out_cos, agreements = _convert(job, stage.dir, clock)
+    j6 = job.march_spec.is_j6
+    with Staging(job.working_dir, "hb_compile" if j6 else "makertbin", log) as stage:
+        sha, cosines, table, out_cos, agreements, rows, removed = _convert(job, stage.dir, clock)
         checkpoint("makertbin:converted")
         stage.publish()
-    for key, what in (("original", "original float model"), ("optimized", "optimized float model"),
-                      ("calibrated", "calibrated model"), ("quantized", "quantized model"), ("bin", "runtime model")):
+    saved = [("original", "original float model"), ("optimized", "optimized float model"),
+             ("calibrated", "calibrated model"), ("quantized", "ptq model" if j6 else "quantized model")]
+    if j6:
+        saved += [("bc", "quantized model")] + ([("removed_bc", "quantized removed model")] if removed else [])
+        saved += [("node_info", "node info"), ("bin", "hbm model")]
+    else:
+        saved += [("bin", "runtime model")]
+    for key, what in saved:
         log.info("%s saved: %s", what, final[key])
-    log.info("Convert to runtime bin file successfully!")
+    log.info("Convert to runtime %s file successfully!", "hbm" if j6 else "bin")
     total = (time.perf_counter() - t_start, time.process_time() - cpu_start)
     stages = clock.times(total)
     log.info("time by stage: %s", stages_line(stages))
     log.info("End Model Convert (%.1f s)", total[0])
+    extra = {}
+    if j6:
+        extra = dict(bc=final["bc"], removed_bc=final["removed_bc"] if removed else "", node_info=final["node_info"],
+                     node_rows=rows)
     return Artifacts(final["original"], final["optimized"], final["calibrated"], final["quantized"], final["bin"],
-                     sha, cosines, table, out_cos, agreements, stages)
+                     sha, cosines, table, out_cos, agreements, stages, **extra)
 
 
 def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
@@ -267,14 +311,22 @@ def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
     feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir, clock)
     eval_feeds = feeds[: min(len(feeds), 16)]
     with clock.stage("cosine table"):
-        sim, table = _report_accuracy(optimized, quantized, placement, params, eval_feeds)
+        sim, table, rows = _report_accuracy(optimized, quantized, placement, params, eval_feeds, job.march_spec)
 
     checkpoint("makertbin:compiling")
     with clock.stage("emit/compile"):
+        if job.march_spec.is_j6:
+            from bpuemu.host.convert.j6_artifacts import write_j6_artifacts
+
+            specs = sorted(specs, key=lambda s: s.name)  # the .hbm's input order (j6_artifacts)
+            model, blobs, removed = _compile(job, quantized, placement, specs, keep_full=True)
+            _log_estimate(job, model, blobs)
+            sha = write_j6_artifacts(job, paths, quantized, placement, rows, model, blobs, removed)
+            return sha, sim.nodes, table, sim.outputs, sim.agreements, rows, removed
         model, blobs = _compile(job, quantized, placement, specs)
         _log_estimate(job, model, blobs)
         sha = write_bin(paths["bin"], [model], blobs)
-    return sha, sim.nodes, table, sim.outputs, sim.agreements
+    return sha, sim.nodes, table, sim.outputs, sim.agreements, rows, []
 
 
 def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inputs: Sequence[str], specs,
@@ -298,18 +350,21 @@ def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inpu
     return feeds, params, quantized
 
 
-def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, placement, params, eval_feeds):
+def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, placement, params, eval_feeds,
+                     march: Optional[March] = None):
     """The node table with each node's cosine similarity and threshold, the per-output lines and
-    the Concat check, all logged. Returns (the similarity, the table)."""
+    the Concat check, all logged. Returns (the similarity, the table, its rows)."""
     from bpuemu.host import quant
+    from bpuemu.host.convert.nodetable import node_columns
 
     sim = quant.similarity(optimized, quantized, eval_feeds)  # node and output cosines from one run
     cosines = sim.nodes
     thresholds = getattr(params, "node_thresholds", lambda: {})()
-    table = placement.table({
-        "Cosine Similarity": [f"{cosines[n.name]:.6f}" if n.name in cosines else "--" for n in placement.nodes],
-        "Threshold": [f"{thresholds[n.name]:.6f}" if n.name in thresholds else "--" for n in placement.nodes],
-    })
+    columns = node_columns(placement, quantized, cosines, thresholds, march or march_of())
+    table = placement.table(columns)
+    rows = [dict(zip(["Node", "ON", "Subgraph", "Type"] + list(columns),
+                     [n.name, n.on, f"id({n.subgraph})" if n.subgraph is not None else "--", n.bpu_type]
+                     + [col[i] for col in columns.values()])) for i, n in enumerate(placement.nodes)]
     for line in table.splitlines():
         log.info(line)
     if sim.fused and cosines:
@@ -318,26 +373,29 @@ def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, pla
                      ", ..." if len(sim.fused) > 3 else ""))
     _report_outputs(sim, len(eval_feeds))
     _report_joins(optimized, quantized, eval_feeds)
-    return sim, table
+    return sim, table, rows
 
 
-def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs):
+def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs, keep_full: bool = False):
     """The `.bin` model entry and blobs: compiled (bpuemu.host.compiler.compile), then the nodes
-    remove_node_type / remove_node_name name removed."""
+    remove_node_type / remove_node_name name removed. With ``keep_full``, also the removed nodes' names."""
     from bpuemu.host.compiler.compile import compile_for_board
 
     model, blobs, _ = compile_for_board(
         quantized, job.output_model_file_prefix, specs, working_dir=job.working_dir,
         force_cpu=placement.cpu_nodes, force_bpu=placement.bpu_nodes, build_info=job.build_info, march=job.march,
         input_batch=job.input_batch, layer_out_dump=job.layer_out_dump, optimize_level=job.optimize_level,
-        input_sources={ji.pre.name: ji.input_source for ji in job.inputs if ji.input_source})
+        input_sources={ji.pre.name: ji.input_source for ji in job.inputs if ji.input_source},
+        dump_all_layers_output=job.dump_all_layers_output)
+    names = []
     if job.remove_node_type or job.remove_node_name:
         from bpuemu.host.compiler.modifier import modify
 
         model, blobs, removed = modify(model, blobs, job.remove_node_name, job.remove_node_type)
         for r in removed:
-            log.info("removed node %s (remove_node_type/remove_node_name)", getattr(r, "name", r))
-    return model, blobs
+            names.append(getattr(r, "name", str(r)))
+            log.info("removed node %s (remove_node_type/remove_node_name)", names[-1])
+    return (model, blobs, names) if keep_full else (model, blobs)
 
 
 def _log_estimate(job: ConvertJob, model: model_pb2.Model, blobs: Dict[str, bytes]) -> None:
