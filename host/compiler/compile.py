@@ -60,17 +60,24 @@ def rebatch(quantized: onnx.ModelProto, batch: int) -> onnx.ModelProto:
     return m
 
 
-def with_layer_outputs(quantized: onnx.ModelProto, op_types: Sequence[str] = ("Conv",)) -> onnx.ModelProto:
+def with_layer_outputs(quantized: onnx.ModelProto, op_types: Sequence[str] = ("Conv",),
+                       through_activation: bool = False) -> onnx.ModelProto:
     """Add a DequantizeLinear of every ``op_types`` node's quantized output as a model output
-    (layer_out_dump: Conv; dump_all_layers_output: Conv and MatMul)."""
+    (layer_out_dump: Conv; dump_all_layers_output: Conv and MatMul, a Conv fused with the Relu/Clip
+    after it (``through_activation``) dumped at the activation's output)."""
     m = onnx.ModelProto.FromString(quantized.SerializeToString())
     idx = GraphIndex(m)
     added = []
     for n in idx.nodes:
         if n.op_type not in op_types:
             continue
-        q = next((c for c in idx.readers(n.output[0]) if c.op_type == Q), None)
-        if q is None or n.output[0] in idx.outputs:
+        out = n.output[0]
+        if through_activation:  # a Conv fused with its Relu/Clip: the pair's output is what the BPU has
+            act = idx.readers(out)
+            if len(act) == 1 and act[0].op_type in ("Relu", "Clip"):
+                out = act[0].output[0]
+        q = next((c for c in idx.readers(out) if c.op_type == Q), None)
+        if q is None or out in idx.outputs or n.output[0] in idx.outputs:
             continue
         name = f"{n.name}_layer_out"
         dq = helper.make_node(DQ, [q.output[0]] + list(q.input[1:]), [name], name=f"{n.name}_layer_out_dump")
@@ -135,7 +142,8 @@ def compile_for_board(quantized: onnx.ModelProto, name: str, specs, *, working_d
             if len(s.model_shape):
                 s.model_shape[0] = input_batch
     if layer_out_dump or dump_all_layers_output:
-        board_model = with_layer_outputs(board_model, ("Conv", "MatMul") if dump_all_layers_output else ("Conv",))
+        board_model = (with_layer_outputs(board_model, ("Conv", "MatMul"), through_activation=True)
+                       if dump_all_layers_output else with_layer_outputs(board_model))
     parts = [name.encode(), march.encode(), repr(sorted(force_cpu)).encode(), repr(sorted(force_bpu)).encode(),
              b"".join(s.SerializeToString(deterministic=True) for s in specs),
              repr(sorted((input_sources or {}).items())).encode()]

@@ -146,7 +146,8 @@ MODEL_PARAMETERS = (
     Param("prototxt", "path"),
     Param("caffe_model", "path"),
     Param("onnx_model", "path"),
-    Param("march", "enum", required=True, choices=MARCHES, hint="bpuemu emulates the X5, whose BPU micro-architecture is bayes-e"),
+    Param("march", "enum", required=True, choices=MARCHES, hint="hb_mapper converts for the X5, whose BPU micro-architecture is bayes-e; "
+          "the J6 marches (nash-e/m/b/h/p) convert with hb_compile"),
     Param("output_model_file_prefix", "str", required=True),
     Param("working_dir", "path", default="model_output"),
     Param("layer_out_dump", "bool", default=False),

@@ -546,7 +546,8 @@ def test_march_error_explains_the_emulated_platform(project):
     doc["model_parameters"]["march"] = "bernoulli2"
     e = error_of(doc, project)
     assert (e.group, e.key) == ("model_parameters", "march")
-    assert e.hint == "bpuemu emulates the X5, whose BPU micro-architecture is bayes-e"
+    assert e.hint == ("hb_mapper converts for the X5, whose BPU micro-architecture is bayes-e; "
+                      "the J6 marches (nash-e/m/b/h/p) convert with hb_compile")
     assert str(e).endswith("\nHint: " + e.hint)
 
 
