@@ -218,3 +218,29 @@ def test_node_table_in_the_log_and_node_info_csv_agree(tmp_path):
     assert 0.9 < float(by["conv1"][5]) <= 1.0000001
     bc = read_bc(tmp_path / "model_output" / "tiny_quantized_model.bc")
     assert {n.name: (n.on, n.output_dtype) for n in bc.manifest.nodes}["cast"] == ("CPU", "int32")
+
+
+def test_removed_nodes_give_a_quantized_removed_model_bc(tmp_path):
+    """remove_node_type Dequantize: the .hbm and *_quantized_removed_model.bc end in int8; *_quantized_model.bc does not."""
+    cfg = tiny_project(tmp_path)
+    doc = yaml.safe_load(open(cfg))
+    doc["model_parameters"]["remove_node_type"] = "Dequantize"
+    yaml.safe_dump(doc, open(cfg, "w"))
+    art = compile_from_config(cfg)
+    assert art.removed_bc == str(tmp_path / "model_output" / "tiny_quantized_removed_model.bc")
+    removed = read_bc(art.removed_bc)
+    assert list(removed.manifest.removed_nodes) and removed.manifest.march == "nash-e"
+    elem = lambda m: m.graph.output[0].type.tensor_type.elem_type  # noqa: E731
+    assert elem(onnx.load_from_string(removed.onnx_bytes)) == onnx.TensorProto.INT8
+    assert elem(onnx.load_from_string(read_bc(art.bc).onnx_bytes)) == onnx.TensorProto.FLOAT
+    from bpuemu.common.proto import model_pb2
+
+    assert read_bin(art.bin).model().outputs[0].tensor_type == model_pb2.HB_DNN_TENSOR_TYPE_S8
+    # the removed .bc computes the .hbm's int8 output
+    rt = Runtime()
+    rt.load([art.bin])
+    x = np.random.default_rng(1).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
+    from bpuemu.host.onnxgraph import open_session
+
+    ref = open_session(onnx.load_from_string(removed.onnx_bytes)).run(None, {"data": x})[0]
+    assert np.array_equal(rt.model().run({"data": x})[0], ref)
