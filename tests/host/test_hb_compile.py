@@ -244,3 +244,18 @@ def test_removed_nodes_give_a_quantized_removed_model_bc(tmp_path):
 
     ref = open_session(onnx.load_from_string(removed.onnx_bytes)).run(None, {"data": x})[0]
     assert np.array_equal(rt.model().run({"data": x})[0], ref)
+
+
+def test_fast_perf_converts_a_caffe_model_with_proto(tmp_path):
+    from caffe_nets import CaffeNetBuilder
+
+    b = CaffeNetBuilder("small")
+    b.input("data", (1, 3, 8, 8))
+    b.layer("conv1", "Convolution", "data", blobs=[b.randn(4, 3, 3, 3), b.randn(4)],
+            convolution_param={"num_output": 4, "kernel_size": [3], "pad": [1]})
+    b.layer("relu1", "ReLU", "conv1", "conv1")
+    proto, weights = b.write(str(tmp_path), "small")
+    run = hb_compile(tmp_path, "--fast-perf", "--proto", proto, "--model", weights, "--march", "nash-b")
+    assert run.returncode == 0, run.stderr
+    hbm = read_bin(tmp_path / "model_output" / "small.hbm")
+    assert hbm.model().march == "nash-b" and list(hbm.model().inputs[0].valid_shape) == [1, 3, 8, 8]
