@@ -115,7 +115,7 @@ class Artifacts:
     bc: str = ""
     removed_bc: str = ""
     node_info: str = ""
-    #: The node table's rows (the columns of NODE_TABLE_COLUMNS... see bpuemu.host.convert.nodetable).
+    #: The node table, one dict per node: Node, ON, Subgraph, Type and the columns of bpuemu.host.convert.nodetable.
     node_rows: List[Dict[str, str]] = field(default_factory=list)
 
 

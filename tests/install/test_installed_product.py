@@ -136,6 +136,21 @@ def test_conversion_with_hb_mapper(project):
     assert entry and pathlib.Path(entry.group(1)).parent.name.startswith("bpuemu-calibration-cache-"), log
 
 
+def test_j6_conversion_with_hb_compile(host_venv, tmp_path):
+    """hb_compile --fast-perf from the wheel: the .hbm, .bc and hb_compile.log; hb_model_info reads the .hbm."""
+    import onnx
+
+    from bpuemu.host.samples import sample_float_model  # the user's model, not the product under test
+
+    onnx.save(sample_float_model(SIZE, SIZE, image_input=False), str(tmp_path / "m.onnx"))
+    host_venv.run("hb_compile", "--fast-perf", "--model", "m.onnx", "--march", "nash-e", cwd=tmp_path)
+    out = tmp_path / "model_output"
+    assert (out / "m.hbm").stat().st_size > 0 and (out / "m_quantized_model.bc").stat().st_size > 0
+    assert "Convert to runtime hbm file successfully!" in (tmp_path / "hb_compile.log").read_text()
+    info = host_venv.run("hb_model_info", str(out / "m.hbm"), cwd=tmp_path)
+    assert "BPU march           : nash-e" in info.stdout + info.stderr
+
+
 def test_board_and_verifier_from_the_wheel(host_venv, project, daemon_in, tmp_path):
     daemon = daemon_in(host_venv)
     board = daemon.target
