@@ -18,6 +18,8 @@ loader checks the rest:
   ``run_on_cpu``, ``run_on_bpu`` and ``set_node_data_type`` are refused.
 * ``debug_mode`` also takes ``dump_all_layers_output``, which replaces
   ``layer_out_dump``.
+* ``std_value`` (input_parameters) may stand for ``scale_value``: the data is
+  divided by it (scale = 1 / std), per input and per channel.
 
 Each refusal is one line naming the key and the answer.
 """
@@ -103,6 +105,7 @@ def parse_compile_config(raw: Any, base_dir: str, *, check_files: bool = True, p
         mp["debug_mode"] = debug_mode
     cal = doc.get(_CAL) if isinstance(doc.get(_CAL), dict) else {}
     quant_config = _quant_config(cal.pop("quant_config", None), base_dir, check_files)
+    _std_as_scale(doc.get(_IN))
     mp["march"] = "bayes-e"  # the X5 tables check the rest; the J6 march was checked above
     _kept_layouts(doc, base_dir, model_inputs)
     cfg = parse_config(doc, base_dir, check_files=check_files, path=path)
@@ -117,6 +120,32 @@ def _refuse_x5_keys(doc: Dict[str, Any]) -> None:
         for key in body:
             if key in X5_ONLY_KEYS and body[key] not in (None, ""):
                 raise InvalidInput(f"{key} ({group}) is not a J6 key: {X5_ONLY_KEYS[key]}")
+
+
+def _std_as_scale(ip: Any) -> None:
+    """std_value -> scale_value (1 / std), per input (';') and per channel (' ')."""
+    if not isinstance(ip, dict):
+        return
+    std = ip.pop("std_value", None)
+    if std in (None, ""):
+        return
+    if ip.get("scale_value") not in (None, ""):
+        raise InvalidInput("std_value and scale_value (input_parameters) are both given: give one "
+                           "(scale_value = 1 / std_value)")
+    per_input = []
+    for entry in str(std).split(";"):
+        entry = entry.strip()
+        if entry in ("", "None"):
+            per_input.append("None")
+            continue
+        try:
+            values = [float(v) for v in entry.split()]
+        except ValueError:
+            raise InvalidInput(f"std_value (input_parameters) '{entry}' is not a list of numbers") from None
+        if any(v == 0 for v in values):
+            raise InvalidInput(f"std_value (input_parameters) '{entry}' holds a 0: the data is divided by it")
+        per_input.append(" ".join(repr(1.0 / v) for v in values))
+    ip["scale_value"] = ";".join(per_input)
 
 
 def _j6_march(name: Any) -> str:

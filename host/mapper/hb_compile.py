@@ -12,6 +12,7 @@
 The pipeline, calibration, placement and compile are the X5 flow's; what the
 J6 march changes is data (bpuemu.common.march) the job carries.
 """
+import json
 import logging
 import os
 from typing import Dict, Optional, Tuple
@@ -78,6 +79,14 @@ def j6_job(ccfg: CompileConfig, cfg, float_model: Optional[onnx.ModelProto]) -> 
     for kv in info.deps:
         if kv.key == "hb_mapper version":
             kv.key = "hb_compile version"
+    _drop(info.model_parameters, ("layer_out_dump",))   # X5 keys; the J6 flow keeps the model's layout
+    if ccfg.dump_all_layers_output:
+        info.model_parameters.add(key="debug_mode", value=ccfg.debug_mode)
+    for ip in info.input_parameters:
+        _drop(ip.params, ("input_layout_rt", "input_layout_train"))
+    if ccfg.quant_config is not None:
+        value = ccfg.quant_config if isinstance(ccfg.quant_config, str) else json.dumps(ccfg.quant_config, sort_keys=True)
+        info.calibration_parameters.add(key="quant_config", value=value)
     ordered = sorted(info.input_parameters, key=lambda ip: ip.input_name)
     copies = [type(ip)() for ip in ordered]
     for c, ip in zip(copies, ordered):
@@ -88,6 +97,13 @@ def j6_job(ccfg: CompileConfig, cfg, float_model: Optional[onnx.ModelProto]) -> 
         if not any(kv.key == "input_batch" for kv in ip.params):
             ip.params.add(key="input_batch", value=str(cfg.input_batch))
     return job
+
+
+def _drop(pairs, keys) -> None:
+    kept = [(kv.key, kv.value) for kv in pairs if kv.key not in keys]
+    del pairs[:]
+    for k, v in kept:
+        pairs.add(key=k, value=v)
 
 
 def log_input_parameters(cfg) -> None:

@@ -259,3 +259,44 @@ def test_fast_perf_converts_a_caffe_model_with_proto(tmp_path):
     assert run.returncode == 0, run.stderr
     hbm = read_bin(tmp_path / "model_output" / "small.hbm")
     assert hbm.model().march == "nash-b" and list(hbm.model().inputs[0].valid_shape) == [1, 3, 8, 8]
+
+
+def test_std_value_stands_for_scale_value(tmp_path):
+    """ptq_faq_j6 names mean_value, scale_value and std_value: std 127.5 is scale 1/127.5."""
+    cfg = tiny_project(tmp_path)
+    doc = yaml.safe_load(open(cfg))
+    doc["input_parameters"].update(input_type_train="rgb", input_type_rt="rgb", norm_type="data_mean_and_scale",
+                                   mean_value="127.5", std_value="127.5 64 32")
+    yaml.safe_dump(doc, open(cfg, "w"))
+    inp = load_compile_config(cfg).config.inputs[0]
+    assert inp.scale_value == (1 / 127.5, 1 / 64, 1 / 32) and inp.mean_value == (127.5,)
+    doc["input_parameters"]["scale_value"] = "0.5"
+    yaml.safe_dump(doc, open(cfg, "w"))
+    with pytest.raises(InvalidInput, match="std_value and scale_value .* are both given"):
+        load_compile_config(cfg)
+
+
+def test_the_hbm_records_the_j6_parameters(tmp_path):
+    cfg = tiny_project(tmp_path)
+    doc = yaml.safe_load(open(cfg))
+    doc["calibration_parameters"]["quant_config"] = {"model_config": {"all_node_type": "int16"}}
+    doc["model_parameters"]["debug_mode"] = "dump_all_layers_output"
+    yaml.safe_dump(doc, open(cfg, "w"))
+    info = read_bin(compile_from_config(cfg).bin).model().build_info
+    model = {kv.key: kv.value for kv in info.model_parameters}
+    assert model["debug_mode"] == "dump_all_layers_output" and "layer_out_dump" not in model
+    assert {kv.key: kv.value for kv in info.calibration_parameters}["quant_config"] == \
+        '{"model_config": {"all_node_type": "int16"}}'
+    keys = {kv.key for kv in info.input_parameters[0].params}
+    assert "input_batch" in keys and not keys & {"input_layout_rt", "input_layout_train"}
+    assert {kv.key for kv in info.deps} >= {"hb_compile version"}
+
+
+def test_a_refusal_is_logged_in_hb_compile_log(tmp_path):
+    cfg = tiny_project(tmp_path)
+    doc = yaml.safe_load(open(cfg))
+    doc["compiler_parameters"]["optimize_level"] = "O3"
+    yaml.safe_dump(doc, open(cfg, "w"))
+    run = hb_compile(tmp_path, "-c", "config.yaml")
+    assert run.returncode != 0
+    assert "ERROR optimize_level O3 (compiler_parameters) is not supported on nash-e" in (tmp_path / "hb_compile.log").read_text()
