@@ -404,6 +404,10 @@ def _log_estimate(job: ConvertJob, model: model_pb2.Model, blobs: Dict[str, byte
         from bpuemu.host.compiler.timing.estimate import annotate
 
         est = annotate(model, blobs)  # the compile step storing each step's modeled X5 time in the .bin
+        m = job.march_spec
+        if m.is_j6:  # no J6 timing model yet: say what the figures are
+            log.info("the static performance estimate below is the X5 timing model's (bayes-e): bpuemu does not "
+                     "model %s (%s) timing in conversion yet", m.platform, m.name)
         log.info("static performance estimate, %s:", est.strategy.describe())
         log.info(est.line())
         if job.advice:
