@@ -111,6 +111,9 @@ def makertbin(config_path, model_type, fast_perf, model_path, proto, march, inpu
     if fast_perf:
         if config_path:
             raise click.UsageError("--fast-perf uses built-in settings; do not give --config")
+        if march.strip().lower().startswith("nash-"):
+            raise click.UsageError(f"hb_mapper converts for the X5 (bayes-e); {march} (J6) converts with "
+                                   f"hb_compile --fast-perf --model FILE --march {march}")
         if not model_path or march != "bayes-e":
             raise click.UsageError("--fast-perf needs --model FILE and --march bayes-e")
         result = makertbin_fast_perf(model_path, march, _shape_pairs(input_shapes), prototxt=_caffe_proto(model_type, proto))

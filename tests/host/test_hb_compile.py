@@ -300,3 +300,14 @@ def test_a_refusal_is_logged_in_hb_compile_log(tmp_path):
     run = hb_compile(tmp_path, "-c", "config.yaml")
     assert run.returncode != 0
     assert "ERROR optimize_level O3 (compiler_parameters) is not supported on nash-e" in (tmp_path / "hb_compile.log").read_text()
+
+
+def test_hb_mapper_points_a_j6_march_to_hb_compile(tmp_path):
+    conv_model(str(tmp_path / "m.onnx"))
+    run = subprocess.run([sys.executable, "-m", "bpuemu.host.cli.hb_mapper", "makertbin", "--fast-perf", "--model", "m.onnx",
+                          "--model-type", "onnx", "--march", "nash-h"], cwd=str(tmp_path), capture_output=True, text=True)
+    assert run.returncode != 0 and "hb_compile --fast-perf --model FILE --march nash-h" in run.stderr
+    cfg = tiny_project(tmp_path)
+    run = subprocess.run([sys.executable, "-m", "bpuemu.host.cli.hb_mapper", "makertbin", "-c", cfg, "--model-type", "onnx"],
+                         cwd=str(tmp_path), capture_output=True, text=True)
+    assert run.returncode != 0 and "convert with hb_compile" in run.stderr
