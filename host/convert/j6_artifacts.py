@@ -15,7 +15,6 @@ name.
 """
 import csv
 import io
-import logging
 from typing import Dict, List, Sequence
 
 import onnx
@@ -25,7 +24,6 @@ from bpuemu.common.container import write_bc, write_hbm
 from bpuemu.common.proto import model_pb2
 from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, graph_inputs
 
-log = logging.getLogger("bpuemu.host.makertbin")
 
 #: remove_node_type -> the ONNX op type of the quantized model it names.
 _ONNX_TYPE = {"Quantize": Q, "Dequantize": DQ}
