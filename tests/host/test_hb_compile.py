@@ -311,3 +311,36 @@ def test_hb_mapper_points_a_j6_march_to_hb_compile(tmp_path):
     run = subprocess.run([sys.executable, "-m", "bpuemu.host.cli.hb_mapper", "makertbin", "-c", cfg, "--model-type", "onnx"],
                          cwd=str(tmp_path), capture_output=True, text=True)
     assert run.returncode != 0 and "convert with hb_compile" in run.stderr
+
+
+@pytest.mark.parametrize("march_name,tail", [("nash-e", "int32"), ("nash-m", "int32"), ("nash-b", "float32"),
+                                             ("nash-h", "float32"), ("nash-p", "float32")])
+def test_output_data_type_of_an_unquantized_tail_conv_is_the_marchs_tail_type(march_name, tail):
+    """A model-tail Conv the quantized model leaves without a QuantizeLinear outputs at high accuracy:
+    the node table says int32 on nash-e/m and float32 on nash-b/h/p; a Conv followed by one says its type."""
+    from onnx import TensorProto, helper, numpy_helper
+
+    from bpuemu.common.march import march
+    from bpuemu.host.compiler.placement import place
+    from bpuemu.host.convert.nodetable import output_dtypes
+
+    w = numpy_helper.from_array(np.ones((2, 3, 1, 1), np.float32), "w")
+    inits = [w, numpy_helper.from_array(np.array(0.1, np.float32), "s"),
+             numpy_helper.from_array(np.array(0, np.int8), "z")]
+    vi = lambda n, shape: helper.make_tensor_value_info(n, TensorProto.FLOAT, shape)  # noqa: E731
+    float_graph = helper.make_graph([helper.make_node("Conv", ["x", "w"], ["mid"], name="conv_a"),
+                                     helper.make_node("Conv", ["mid", "w2"], ["y"], name="conv_tail")], "f",
+                                    [vi("x", [1, 3, 4, 4])], [vi("y", [1, 2, 4, 4])],
+                                    [w, numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w2")])
+    float_model = helper.make_model(float_graph, opset_imports=[helper.make_opsetid("", 13)])
+    q = [helper.make_node("QuantizeLinear", ["x", "s", "z"], ["xq"], name="q_in"),
+         helper.make_node("DequantizeLinear", ["xq", "s", "z"], ["xd"], name="dq_in"),
+         helper.make_node("Conv", ["xd", "w"], ["mid"], name="conv_a"),
+         helper.make_node("QuantizeLinear", ["mid", "s", "z"], ["midq"], name="q_mid"),
+         helper.make_node("DequantizeLinear", ["midq", "s", "z"], ["midd"], name="dq_mid"),
+         helper.make_node("Conv", ["midd", "w2"], ["y"], name="conv_tail")]
+    quantized = helper.make_model(helper.make_graph(q, "q", [vi("x", [1, 3, 4, 4])], [vi("y", [1, 2, 4, 4])],
+                                                    inits + [numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w2")]),
+                                  opset_imports=[helper.make_opsetid("", 13)])
+    dtypes = output_dtypes(place(float_model, quantized_inputs=["x"]), quantized, march(march_name))
+    assert dtypes == {"conv_a": "int8", "conv_tail": tail}
