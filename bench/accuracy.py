@@ -2,7 +2,7 @@
 """Accuracy benchmark: the OCR sample's PaddleOCR models converted with each calibration method, scored on
 held-out data, and compared with the figures recorded in bench/accuracy_results.csv.
 
-    python bench/accuracy.py [--models det,cls,rec] [--methods default,mix,kl,max] [--cal 100] [--held-out 100]
+    python bench/accuracy.py [--models det,cls,rec] [--methods default,kl,max] [--cal 100] [--held-out 100]
                              [--det-size 320] [--det-cal 20] [--det-held-out 10] [--record]
 
 The models are PP-OCRv4 det, PP-OCR mobile v2.0 cls and PP-OCRv4 rec from the ``rapidocr-onnxruntime``
@@ -47,7 +47,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 RESULTS = os.path.join(HERE, "accuracy_results.csv")
 FIELDS = ("model", "method", "metric", "value", "config", "commit", "date")
 MODELS = ("det", "cls", "rec")
-METHODS = ("default", "mix", "kl", "max")
+METHODS = ("default", "kl", "max")
 #: A mean cosine may move this much before it counts as a regression.
 COSINE_TOLERANCE = 0.001
 #: The task metrics each model is scored on (keys of bpuemu.host.samples.ocr.metrics.scores).

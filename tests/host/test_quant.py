@@ -394,7 +394,7 @@ def test_per_channel_calibration_keeps_its_channels_around_a_pooling_head(se, tm
     """Per-channel featuremap calibration must not silently fall back to one scale where a tensor also
     feeds an op that takes one (GlobalAveragePool): the HardSwish output stays per channel for the Mul
     that scales it, and the pooling reads it through a requantize to one scale (DQ per channel -> Q per
-    tensor), which stock onnxruntime loads with its default options."""
+    tensor), which stock onnxruntime loads and runs with its default options."""
     import onnxruntime as ort
 
     params, q = se.quantize(calibration_type="max", per_channel=True, asymmetric=asymmetric)
@@ -414,7 +414,8 @@ def test_per_channel_calibration_keeps_its_channels_around_a_pooling_head(se, tm
     assert inits(q)[requantize.input[1]] == params.requantizations()["HardSwish_a_out"].scale
     path = os.path.join(tmp_path, "se_quantized_model.onnx")
     onnx.save(q, path)
-    ort.InferenceSession(path)  # stock onnxruntime, default options (QDQ fusion on)
+    stock = ort.InferenceSession(path)  # stock onnxruntime, default options (QDQ fusion on: QLinear pooling)
+    stock.run(None, se.held[0])           # QLinearGlobalAveragePool loads a per-channel scale, and refuses it here
     # The calibrated model says the same: a per-tensor calibration node after the per-channel one, read by the pooling.
     calibrated = quant.build_calibrated_model(se.model, params)
     c_by_name = {n.name: n for n in calibrated.graph.node}
