@@ -452,6 +452,31 @@ def test_default_search_logs_its_choice(zoo, caplog):
         assert len(names) == 3
 
 
+def test_default_search_scores_on_samples_held_out_of_the_statistics(zoo, caplog):
+    """From search_held_out_from samples on, the candidates are scored on the last search_samples, which
+    the statistics never see (the chosen thresholds are those of the other samples alone), and the log
+    says which samples scored; with fewer, the first ones score and are calibrated on too."""
+    cal = QM.featuremaps(zoo.model, 12, seed=5)
+    opts = dict(search_samples=4, search_held_out_from=12, search_target=1.01)  # all five candidates
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        params = quant.calibrate(zoo.model, cal, zoo.bpu, [], QO(**opts))
+    assert "default search: scoring candidates on calibration samples 9-12 of 12, held out of the calibration " \
+           "statistics (calibrated on samples 1-8)" in caplog.messages
+    assert max(c.samples for c in params.candidates) == 4
+    chosen = dict(calibration_type="max", max_percentile=0.99995, per_channel=params.per_channel,
+                  asymmetric=params.asymmetric) if params.method.startswith("max-percentile") else \
+        dict(calibration_type=params.method, per_channel=params.per_channel, asymmetric=params.asymmetric)
+    alone = quant.calibrate(zoo.model, cal[:8], zoo.bpu, [], QO(**chosen))
+    every = quant.calibrate(zoo.model, cal, zoo.bpu, [], QO(**chosen))
+    same = lambda a, b: all(np.array_equal(a.activations[t].scale, b.activations[t].scale) for t in a.activations)  # noqa: E731
+    assert same(params, alone) and not same(params, every)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        quant.calibrate(zoo.model, cal[:11], zoo.bpu, [], QO(**opts))
+    assert "default search: scoring candidates on calibration samples 1-4 of 11, which calibration also sees " \
+           "(samples are held out from 12 on)" in caplog.messages
+
+
 def test_default_search_steps_two_and_three(zoo, caplog):
     """With an unreachable target the search runs all five candidates and keeps the best."""
     with caplog.at_level(logging.INFO, logger=LOGGER):
