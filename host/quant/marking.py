@@ -118,8 +118,8 @@ class QuantPlan:
     groups: List[Group]
     node_activation_inputs: Dict[str, List[str]]  # BPU node -> its quantized activation inputs
     infos: Dict[str, TensorInfo]
-    #: tensor of a per-channel group -> the quantized reads (node, input index) by ops that take one scale:
-    #: they read it requantized to one scale when it is calibrated per channel
+    #: tensor -> its quantized reads (node, input index) by ops that take one scale: they read it
+    #: requantized to one scale when it is per channel
     single_scale_reads: Dict[str, List[Tuple[str, int]]] = field(default_factory=dict)
 
     def group_of(self, tensor: str) -> Group:
@@ -415,21 +415,20 @@ def _scale_groups(idx: GraphIndex, bpu: FrozenSet[str], sites: Dict[str, Activat
 
 def _single_scale_reads(idx: GraphIndex, sites: Dict[str, ActivationSite],
                         groups: List[Group]) -> Dict[str, List[Tuple[str, int]]]:
-    """The reads of per-channel groups' tensors by ops that take one scale (``PER_TENSOR_ONLY``, with a
-    quantized output: what stock onnxruntime fuses into a QLinear op), by tensor.
+    """The reads of quantized tensors by ops that take one scale (``PER_TENSOR_ONLY``, with a quantized
+    output: what stock onnxruntime fuses into a QLinear op), by tensor: where the tensor is per channel
+    (calibrated so, or read so from a QAT model), they go through a requantize to one scale.
 
-    A group read by other nodes too (a readout that is not an op of the group itself: the Mul of a
-    squeeze-excitation block beside its GlobalAveragePool, a model output) stays per-channel, and those
-    reads go through a requantize to one scale. A group read only by such ops is calibrated per tensor
-    instead (``channels`` None): its producer writes the one scale directly.
+    A per-channel group read by other nodes too (a readout that is not an op of the group itself: the Mul
+    of a squeeze-excitation block beside its GlobalAveragePool, a model output) stays per-channel. A
+    per-channel group read only by such ops is calibrated per tensor instead (``channels`` None): its
+    producer writes the one scale directly.
     """
     def one_scale(node: onnx.NodeProto) -> bool:
         return node.op_type in PER_TENSOR_ONLY and any(o in sites for o in node.output)
 
     out: Dict[str, List[Tuple[str, int]]] = {}
     for group in groups:
-        if not group.channels:
-            continue
         members = set(group.members)
         reads: Dict[str, List[Tuple[str, int]]] = {}
         other = any(sites[t].is_graph_output and sites[t].producer_on_bpu for t in group.members)
@@ -440,9 +439,8 @@ def _single_scale_reads(idx: GraphIndex, sites: Dict[str, ActivationSite],
                     reads.setdefault(t, []).append((name, k))
                 elif not all(o in members for o in node.output if o):
                     other = True
-        if reads and other:
-            out.update(reads)
-        elif reads:
+        out.update(reads)
+        if reads and not other:
             group.channels = None
     return out
 

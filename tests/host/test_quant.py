@@ -431,11 +431,13 @@ def test_a_tensor_only_pooled_is_calibrated_per_tensor_without_a_requantize(zoo,
     scale itself: no per-channel tensor, no requantize (two roundings). Where another reader keeps the
     channels (the zoo's GlobalMaxPool beside its GlobalAveragePool), only the one-scale reader requantizes."""
     params, _ = se.quantize(calibration_type="max", per_channel=True)
-    assert set(params.plan.single_scale_reads) == {"HardSwish_a_out"}
+    assert set(params.requantizations()) == {"HardSwish_a_out"}
     params, q = zoo.quantize(calibration_type="max", per_channel=True)
-    assert params.activations["MaxPool_0_out"].axis is None and "MaxPool_0_out" not in params.plan.single_scale_reads
-    assert params.activations["Conv_down_relu_out"].axis == 1
-    assert params.plan.single_scale_reads == {"Conv_down_relu_out": [("GlobalAveragePool_0", 0)]}
+    assert params.activations["MaxPool_0_out"].axis is None and "MaxPool_0_out" not in params.requantizations()
+    assert params.activations["Conv_down_relu_out"].axis == 1 and set(params.requantizations()) == {"Conv_down_relu_out"}
+    assert params.plan.single_scale_reads["Conv_down_relu_out"] == [("GlobalAveragePool_0", 0)]
+    assert not any(n.name.endswith("_Requantize_QuantizeLinear") and not n.name.startswith("Conv_down_relu_out")
+                   for n in q.graph.node)
     gmp = next(n for n in q.graph.node if n.name == "GlobalMaxPool_0")
     assert _dq_axis_and_scale(q, producer(q, gmp.input[0]))[0] == 1
 
