@@ -72,6 +72,18 @@ def zoo_model(size: int = 16, seed: int = 0) -> onnx.ModelProto:
     return b.model("zoo", {"x": [1, 3, size, size]}, {"logits": [1, 10], "head": [1, 4, 1, 1]})
 
 
+def squeeze_excitation_model(size: int = 8, seed: int = 3) -> onnx.ModelProto:
+    """Conv -> HardSwish, read by a GlobalAveragePool head (-> Conv -> HardSigmoid) and by the Mul that
+    scales it (a squeeze-excitation block, as in PP-OCR's classifier), then a tail Conv."""
+    b = Builder(seed)
+    h = b.node("HardSwish", [b.conv("Conv_a", "x", 3, 8, relu=False)], "HardSwish_a")
+    gap = b.node("GlobalAveragePool", [h], "GlobalAveragePool_se")
+    s = b.node("HardSigmoid", [b.conv("Conv_se", gap, 8, 8, k=1, relu=False)], "HardSigmoid_se")
+    m = b.node("Mul", [h, s], "Mul_se")
+    b.conv("Conv_out", m, 8, 4, k=1, relu=False, out="y")
+    return b.model("se", {"x": [1, 3, size, size]}, {"y": [1, 4, size, size]}, opset=14)
+
+
 def deconv_matmul_model(size: int = 8, seed: int = 4) -> onnx.ModelProto:
     """Conv -> grouped ConvTranspose (weight axis 1) -> MatMul by a constant -> Gemm (transB=0)."""
     b = Builder(seed)
