@@ -270,13 +270,34 @@ def test_kl_divergences_match_the_straightforward_loop():
     assert np.argmin(fast) == np.argmin(ref)
 
 
+def _running_totals(h):
+    """The prefix sums the KL computation reads, as plain running totals (one bin after the other, each
+    starting at 0): counts, non-empty bins, count x log count and log count, an empty bin adding 0."""
+    logs = np.log(np.where(h > 0, h, 1).astype(np.float64))     # log 1 = 0 for an empty bin
+    C, NZ, L1, L0 = [0], [0], [0.0], [0.0]
+    for count, log in zip(h.tolist(), logs.tolist()):
+        C.append(C[-1] + count)
+        NZ.append(NZ[-1] + (count > 0))
+        L1.append(L1[-1] + float(count) * log)
+        L0.append(L0[-1] + log)
+    return np.array(C, np.int64), np.array(NZ, np.int64), np.array(L1), np.array(L0)
+
+
+def test_kl_prefix_sums_are_the_running_totals():
+    rng = np.random.default_rng(7)
+    h = rng.integers(0, 50, 300)
+    h[rng.integers(0, 300, 100)] = 0
+    for got, want in zip(kl_prefix_sums(h), _running_totals(h)):
+        assert got.dtype.kind == want.dtype.kind and got.tobytes() == want.tobytes()
+
+
 def _kl_gathered(hist, quantized_bins=128, eps=0.0001):
     """kl_divergences as it was before the per-m rows: every cut's groups gathered (the reference
-    the computation shared per m must equal bit for bit)."""
+    the computation shared per m must equal bit for bit), on prefix sums of its own."""
     h = np.asarray(hist, dtype=np.int64)
     n = h.size
     total = int(h.sum())
-    C, NZ, L1, L0 = kl_prefix_sums(h)
+    C, NZ, L1, L0 = _running_totals(h)
     I = np.arange(quantized_bins, n + 1)
     m = I // quantized_bins
     j = np.arange(quantized_bins)
