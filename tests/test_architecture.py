@@ -63,17 +63,8 @@ def test_host_layers_name_every_host_package(tmp_path):
     assert "bpuemu.host.newstage" in proc.stdout + proc.stderr
 
 
-BLOCKER = textwrap.dedent(
-    """
-    import importlib.abc, sys
-    BLOCKED = ("bpuemu.host", "onnx", "paramiko", "yaml", "numba")
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if any(name == b or name.startswith(b + ".") for b in BLOCKED):
-                raise ImportError(f"{name} is host-only and must not be imported on the board")
-    sys.meta_path.insert(0, Block())
-    """
-)
+from helpers.board_only import BLOCKER  # noqa: E402
+
 
 
 def test_board_runs_without_host_packages(tmp_path):

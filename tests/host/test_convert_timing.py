@@ -1,6 +1,5 @@
 """Where a conversion's time goes: makertbin's stage clock (bpuemu.host.quant.stages)."""
 import logging
-import re
 import time
 
 from bpuemu.host.mapper.makertbin import makertbin_from_config

@@ -236,18 +236,25 @@ def _convert(ppocr, which: str, model_input, cal_images, out_dir: str, calibrati
     return os.path.join(out_dir, which)
 
 
+def _sample_yaml(which: str) -> dict:
+    """The OCR sample's shipped makertbin yaml for ``which`` (det, cls or rec)."""
+    import yaml
+
+    import bpuemu.host.samples.ocr as sample
+
+    with open(os.path.join(os.path.dirname(sample.__file__), "mapper", f"ppocr_{which}_config.yaml")) as f:
+        return yaml.safe_load(f)
+
+
 def _convert_with_the_sample_yaml(ppocr, which: str, model_input, cal_images, out_dir: str) -> str:
     """makertbin with the OCR sample's own yaml (as ``bpuemu-samples copy ocr`` ships it: its
-    calibration, the default search, and its input settings), only its paths pointed at this test's files."""
+    calibration and optimization settings and its input settings), only its paths pointed at this test's files."""
     import yaml
     from makertbin_helpers import write_cal_dir
 
-    import bpuemu.host.samples.ocr as sample
     from bpuemu.host.mapper.makertbin import makertbin_from_config
 
-    with open(os.path.join(os.path.dirname(sample.__file__), "mapper", f"ppocr_{which}_config.yaml")) as f:
-        doc = yaml.safe_load(f)
-    assert doc["calibration_parameters"]["calibration_type"] == "default"
+    doc = _sample_yaml(which)
     doc["model_parameters"].update(onnx_model=ppocr[which], working_dir=os.path.join(out_dir, which),
                                    output_model_file_prefix=which)
     doc["calibration_parameters"]["cal_data_dir"] = write_cal_dir(
@@ -271,11 +278,12 @@ def converted(tmp_path_factory, ppocr):
     lines = [load_rgb(ln.file) for ln in dataset.load_lines(cal)]   # both directions, for cls
     upright = [img[::-1, ::-1] if ln.angle == 180 else img for img, ln in zip(lines, dataset.load_lines(cal))]
     inputs = preprocess.model_inputs(DET_SIZE)
-    # det and rec with calibration_type max (one calibration pass: the conversions stay short); cls, the
-    # smallest, with the sample's own yaml and its default search
+    # det with calibration_type max (one calibration pass: the conversion stays short); cls and rec with
+    # the sample's own yaml files: cls's default search, rec's int16 activations and max-percentile
     dirs = {"det": _convert(ppocr, "det", inputs["det"], pages, root, "max"),
             "cls": _convert_with_the_sample_yaml(ppocr, "cls", inputs["cls"], lines, root),
-            "rec": _convert(ppocr, "rec", inputs["rec"], upright, root, "max")}
+            "rec": _convert_with_the_sample_yaml(ppocr, "rec", inputs["rec"], upright, root)}
+    assert _sample_yaml("cls")["calibration_parameters"]["calibration_type"] == "default"
     return ev, dirs
 
 

@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from helpers.docs import ROOT, documented_commands
+from helpers.docs import documented_commands
 
 pytestmark = pytest.mark.installed
 

@@ -9,7 +9,6 @@
   folder the wheel drops (a missing ``__init__.py`` once dropped
   ``bpuemu.host.compiler``) fails here, not on a user's machine.
 """
-import re
 import zipfile
 
 try:
