@@ -40,6 +40,31 @@ def calibration_cache(tmp_path, monkeypatch):
     return path
 
 
+# --- running on both cores (pytest-xdist: scripts/test.sh runs -n 2 --dist loadgroup) --------
+# Each module below runs on one worker, its tests one after the other, never beside another test of its
+# group: those that hold deadlines and time frames or calls against a bound, and those that start
+# several daemons or subprocess trees at once (they would otherwise double the machine's load).
+
+SERIAL_GROUPS = {
+    "timing": ("board/test_security.py", "board/test_faults.py", "board/test_x5_pacing.py",
+               "board/test_data_channel.py", "board/test_data_channel_buffers.py", "board/test_memory.py",
+               "board/test_metrics.py", "board/test_daemon.py", "host/test_ssh_faults.py",
+               "common/test_x5_schedule.py", "test_bench_load.py", "test_bench_rerun_ab.py", "test_bench_soak.py"),
+    "daemons": ("board/test_farm.py", "host/test_ocr_eval.py", "host/test_verifier.py", "host/test_ssh.py",
+                "deploy/test_install_arm64.py", "deploy/test_compose.py", "install/test_installed_product.py",
+                "test_docs.py"),
+}
+_GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = _GROUP_OF.get(os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/"))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
 # --- runtime / compiler fixtures (tests/common, tests/board, tests/host) ------------
 # Session-scoped where building is involved, so quantize + compile happen once.
 
