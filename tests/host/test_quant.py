@@ -25,6 +25,7 @@ try:  # tests/ imported as a package, or its directories put on sys.path by pyte
     from tests.host import quant_models as QM
 except ImportError:  # pragma: no cover - depends on how pytest was pointed at the tree
     import quant_models as QM
+from search_checks import assert_same_choice  # noqa: E402
 
 LOGGER = "bpuemu.host.quant"
 QO = quant.QuantOptions
@@ -277,13 +278,34 @@ def test_kl_divergences_match_the_straightforward_loop():
     assert np.argmin(fast) == np.argmin(ref)
 
 
+def _running_totals(h):
+    """The prefix sums the KL computation reads, as plain running totals (one bin after the other, each
+    starting at 0): counts, non-empty bins, count x log count and log count, an empty bin adding 0."""
+    logs = np.log(np.where(h > 0, h, 1).astype(np.float64))     # log 1 = 0 for an empty bin
+    C, NZ, L1, L0 = [0], [0], [0.0], [0.0]
+    for count, log in zip(h.tolist(), logs.tolist()):
+        C.append(C[-1] + count)
+        NZ.append(NZ[-1] + (count > 0))
+        L1.append(L1[-1] + float(count) * log)
+        L0.append(L0[-1] + log)
+    return np.array(C, np.int64), np.array(NZ, np.int64), np.array(L1), np.array(L0)
+
+
+def test_kl_prefix_sums_are_the_running_totals():
+    rng = np.random.default_rng(7)
+    h = rng.integers(0, 50, 300)
+    h[rng.integers(0, 300, 100)] = 0
+    for got, want in zip(kl_prefix_sums(h), _running_totals(h)):
+        assert got.dtype.kind == want.dtype.kind and got.tobytes() == want.tobytes()
+
+
 def _kl_gathered(hist, quantized_bins=128, eps=0.0001):
     """kl_divergences as it was before the per-m rows: every cut's groups gathered (the reference
-    the computation shared per m must equal bit for bit)."""
+    the computation shared per m must equal bit for bit), on prefix sums of its own."""
     h = np.asarray(hist, dtype=np.int64)
     n = h.size
     total = int(h.sum())
-    C, NZ, L1, L0 = kl_prefix_sums(h)
+    C, NZ, L1, L0 = _running_totals(h)
     I = np.arange(quantized_bins, n + 1)
     m = I // quantized_bins
     j = np.arange(quantized_bins)
@@ -809,28 +831,7 @@ def _search_both_ways(case, monkeypatch, **opts):
     return lazy, full
 
 
-def assert_same_choice(lazy, full, evaluation_samples):
-    """``lazy`` and ``full``: the results (QuantParams or search.SearchResult) of the default search as
-    it runs and exhaustive. The choice and every parameter are the exhaustive search's; a candidate scored on every sample
-    has the exhaustive score to the last digit, one left early has a bound at or above it and below
-    the winner's score."""
-    assert (lazy.method, lazy.per_channel, lazy.asymmetric) == (full.method, full.per_channel, full.asymmetric)
-    mine_acts, full_acts = (getattr(r, "activations", None) or r.acts for r in (lazy, full))   # QuantParams, SearchResult
-    assert mine_acts.keys() == full_acts.keys()
-    for t, q in full_acts.items():
-        mine = mine_acts[t]
-        assert np.array_equal(mine.scale, q.scale) and np.array_equal(mine.zero_point, q.zero_point), t
-        assert np.array_equal(mine.threshold, q.threshold) and mine.axis == q.axis, t
-    assert [c.name for c in lazy.candidates] == [c.name for c in full.candidates]
-    best = max(range(len(full.candidates)), key=lambda k: full.candidates[k].cosine)   # the first of equals
-    top = full.candidates[best].cosine
-    for k, (mine, ref) in enumerate(zip(lazy.candidates, full.candidates)):
-        if mine.samples == evaluation_samples:
-            assert (mine.cosine, mine.per_output) == (ref.cosine, ref.per_output), mine.name
-        else:
-            assert 0 < mine.samples < evaluation_samples and mine.per_output == {}, mine.name
-            assert ref.cosine <= mine.cosine, mine.name                   # a bound of its score
-            assert mine.cosine < top or (mine.cosine == top and k > best), mine.name   # that rules it out
+
 
 
 @pytest.mark.parametrize("target", [0.5, 0.995, 1.01])
