@@ -88,3 +88,25 @@ def test_an_nv12_frame_with_unaligned_rows_gets_one_error_and_the_padding_is_ign
         noisy = nv12_rows_at_stride(dense, 8, 12, 32).reshape(12, 32).copy()
         noisy[:, 12:] = 255   # what lies in the padding is not the picture
         assert np.array_equal(client.infer(sha, "tiny", [noisy.reshape(-1)]).outputs["c2"], zeros["c2"])
+
+
+def test_perf_on_a_nash_board_scales_the_x5_model_per_the_march_and_says_it_is_modeled_and_assumed(hbm, nash_board,
+                                                                                                  tmp_path):
+    import json
+
+    from bpuemu.common import x5_timing
+    from bpuemu.common.march import march
+
+    res = run_cli(["perf", "--model_file", hbm, "--board", nash_board.target, "--frame_count", "5"], tmp_path)
+    assert_ok(res)
+    header = next(line for line in res.stdout.splitlines() if line.startswith("nash-e model"))
+    assert "modeled" in header and "assumed" in header and "no board measurements" in header
+    assert "X5 model (" not in res.stdout
+    res = run_cli(["perf", "--model_file", hbm, "--board", nash_board.target, "--frame_count", "5", "--json"], tmp_path)
+    assert_ok(res)
+    modeled = json.loads(res.stdout)["x5"]
+    x5 = x5_timing.plan_steps(read_bin(hbm).model())   # the X5 model's times the .hbm carries
+    t = march("nash-e").timing
+    assert modeled["bpu_ms"] == pytest.approx(x5.bpu_us / 1e3 / (t.bpu_int8_tops / 10.0))
+    assert modeled["cpu_ms"] == pytest.approx(x5.cpu_us / 1e3 / t.cpu_speed_vs_x5)
+    assert modeled["modeled"].startswith("nash-e model") and "assumed" in modeled["modeled"]
