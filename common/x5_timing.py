@@ -221,9 +221,10 @@ def timing_text(perf: ModeledPerf, steps: ModelSteps, bpu_estimate_line: Optiona
     return "\n".join(lines)
 
 
-def estimate_line(model: model_pb2.Model) -> str:
-    """makertbin's estimate line from the stored timing: ``FPS=…, latency = … us, DDR = … bytes``."""
-    t = march_steps(model)
+def estimate_line(model: model_pb2.Model, on_march: bool = True) -> str:
+    """makertbin's estimate line from the stored timing: ``FPS=…, latency = … us, DDR = … bytes``; on the
+    model's march (``march_steps``), or with ``on_march=False`` the X5's that the model stores."""
+    t = march_steps(model) if on_march else plan_steps(model)
     bpu_us = t.bpu_us
     fps = f"{1e6 / bpu_us:.2f}" if bpu_us > 0 else "inf"
     return f"FPS={fps}, latency = {bpu_us:.1f} us, DDR = {model.x5_timing.ddr_bytes} bytes"
