@@ -30,7 +30,7 @@ def tiny_onnx(path: str, seed: int = 0) -> str:
     return path
 
 
-def tiny_yaml(directory: str, march: str = "nash-e", input_type_rt: str = "nv12") -> str:
+def tiny_yaml(directory: str, march: str = "nash-e", input_type_rt: str = "nv12", **model_parameters) -> str:
     """The float model, 3 calibration samples and the hb_compile yaml in ``directory``; returns the yaml."""
     directory = os.fspath(directory)
     model = tiny_onnx(os.path.join(directory, "tiny.onnx"))
@@ -45,7 +45,7 @@ def tiny_yaml(directory: str, march: str = "nash-e", input_type_rt: str = "nv12"
     if image:
         ip["scale_value"] = "0.0078125"
     doc = {"model_parameters": {"onnx_model": model, "march": march, "output_model_file_prefix": "tiny",
-                                "working_dir": os.path.join(directory, "model_output")},
+                                "working_dir": os.path.join(directory, "model_output"), **model_parameters},
            "input_parameters": ip,
            "calibration_parameters": {"calibration_type": "default", "cal_data_dir": cal},
            "compiler_parameters": {"compile_mode": "latency", "optimize_level": "O2"}}
@@ -55,13 +55,14 @@ def tiny_yaml(directory: str, march: str = "nash-e", input_type_rt: str = "nv12"
     return path
 
 
-def compile_tiny(directory, march: str = "nash-e", input_type_rt: str = "nv12"):
-    """hb_compile's Artifacts (``.bin`` is the .hbm, ``.quantized`` the ptq model, ``.bc`` ...) in ``directory``."""
+def compile_tiny(directory, march: str = "nash-e", input_type_rt: str = "nv12", **model_parameters):
+    """hb_compile's Artifacts (``.bin`` is the .hbm, ``.quantized`` the ptq model, ``.bc`` ...) in ``directory``;
+    ``model_parameters``: more yaml keys of that group (``remove_node_type="Dequantize"``)."""
     from bpuemu.host.mapper.hb_compile import compile_from_config
 
     cwd = os.getcwd()
     os.chdir(directory)   # hb_compile.log goes to the directory it runs from
     try:
-        return compile_from_config(tiny_yaml(directory, march, input_type_rt))
+        return compile_from_config(tiny_yaml(directory, march, input_type_rt, **model_parameters))
     finally:
         os.chdir(cwd)
