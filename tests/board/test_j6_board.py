@@ -110,3 +110,14 @@ def test_perf_on_a_nash_board_scales_the_x5_model_per_the_march_and_says_it_is_m
     assert modeled["bpu_ms"] == pytest.approx(x5.bpu_us / 1e3 / (t.bpu_int8_tops / 10.0))
     assert modeled["cpu_ms"] == pytest.approx(x5.cpu_us / 1e3 / t.cpu_speed_vs_x5)
     assert modeled["modeled"].startswith("nash-e model") and "assumed" in modeled["modeled"]
+
+
+def test_a_farm_of_nash_boards_runs_the_hbm_and_a_bayes_board_in_it_is_named(hbm, nash_board, board, start_daemon,
+                                                                            tmp_path):
+    second = start_daemon("--march", "nash-e")
+    res = run_cli(["infer", "--model_file", hbm, "--board", f"{nash_board.target},{second.target}"], tmp_path)
+    assert_ok(res)
+    assert "outputs identical on all 2 boards" in res.stdout
+    res = run_cli(["infer", "--model_file", hbm, "--board", f"{nash_board.target},{board.target}"], tmp_path)
+    assert res.returncode != 0 and "Traceback" not in res.output
+    assert "this board is bayes-e" in res.output and board.target in res.output, res.output
