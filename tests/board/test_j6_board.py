@@ -121,3 +121,21 @@ def test_a_farm_of_nash_boards_runs_the_hbm_and_a_bayes_board_in_it_is_named(hbm
     res = run_cli(["infer", "--model_file", hbm, "--board", f"{nash_board.target},{board.target}"], tmp_path)
     assert res.returncode != 0 and "Traceback" not in res.output
     assert "this board is bayes-e" in res.output and board.target in res.output, res.output
+
+
+@pytest.mark.parametrize("row_stride", [4, 12 + 64, 1 << 40])
+def test_a_model_file_with_an_unusable_nv12_row_stride_is_refused_at_load(hbm, row_stride):
+    from bpuemu.common.container import encode_bin
+    from bpuemu.common.errors import InvalidModelFile
+
+    binfile = read_bin(hbm)
+    model = binfile.model()
+    model.input_specs[0].row_stride = row_stride
+    with pytest.raises(InvalidModelFile, match="unusable row_stride"):
+        Runtime(march="nash-e").load([read_bin_bytes(encode_bin([model], binfile.blobs, kind="hbm"))])
+
+
+def read_bin_bytes(data: bytes):
+    from bpuemu.common.container import decode_bin
+
+    return decode_bin(data)
