@@ -139,3 +139,11 @@ def read_bin_bytes(data: bytes):
     from bpuemu.common.container import decode_bin
 
     return decode_bin(data)
+
+
+@pytest.mark.parametrize("march, stride", [("nash-b", 32), ("nash-h", 64)])
+def test_the_nv12_stride_is_the_march_alignment(march, stride, tmp_path):
+    model = read_bin(compile_tiny(tmp_path, march, "nv12").bin).model()
+    props = model.inputs[0]
+    assert list(props.aligned_shape) == [1, 3, 8, stride] and props.stride[2] == stride
+    assert props.aligned_byte_size == rt_byte_size(model.input_specs[0]) == 8 * stride * 3 // 2
