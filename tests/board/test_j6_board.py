@@ -147,3 +147,11 @@ def test_the_nv12_stride_is_the_march_alignment(march, stride, tmp_path):
     props = model.inputs[0]
     assert list(props.aligned_shape) == [1, 3, 8, stride] and props.stride[2] == stride
     assert props.aligned_byte_size == rt_byte_size(model.input_specs[0]) == 8 * stride * 3 // 2
+
+
+def test_an_unknown_march_and_march_with_a_remote_board_are_refused_in_one_line(hbm, tmp_path):
+    line = assert_one_error(run_cli(["--march", "nash-q", "--listen", "127.0.0.1:0", "--model-dir", tmp_path / "m"],
+                                    tmp_path, module="bpuemu.board.daemon"), "unknown march 'nash-q'")
+    assert "listening" not in line
+    res = run_cli(["infer", "--model_file", hbm, "--march", "nash-e", "--board", "127.0.0.1:1"], tmp_path)
+    assert res.returncode == 2 and "start it with hrt_boardd --march" in res.stderr and "Traceback" not in res.output
