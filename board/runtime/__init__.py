@@ -50,6 +50,7 @@ def check_march(model_march: str, board: str, model_name: str) -> None:
     """A model runs only on the march it was compiled for: one line naming both otherwise."""
     compiled = model_march or DEFAULT_MARCH   # a .bin made before models named their march: the X5's
     if compiled != board:
+        compiled, model_name = compiled[:40], model_name[:80]   # a model is data: what it says is bounded
         suffix = MARCHES[compiled].flow.model_suffix if compiled in MARCHES else "model"
         raise WrongMarch(f"model '{model_name}' was compiled for march {compiled}; this board is {board}",
                          hint=f"run the {suffix} on a {compiled} board (hrt_boardd --march {compiled}, "
