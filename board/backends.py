@@ -422,9 +422,9 @@ class Backend:
 
 
 class LocalBackend(Backend):
-    def __init__(self, model_files: Sequence[str], intra_op_threads: int = 1):
+    def __init__(self, model_files: Sequence[str], intra_op_threads: int = 1, march: Optional[str] = None):
         super().__init__()
-        self.runtime = Runtime(intra_op_threads)
+        self.runtime = Runtime(intra_op_threads, march=march)   # march: Runtime's (this process's board by default)
         self.load_ms = self._timed_load(model_files)
         self.description = f"local runtime ({self.platform})"
 

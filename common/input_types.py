@@ -85,13 +85,33 @@ def rt_shape(spec: model_pb2.InputSpec) -> tuple:
     return (n, h, w, c) if spec.input_layout_rt == "NHWC" else (n, c, h, w)
 
 
+def nv12_row_stride(spec: model_pb2.InputSpec) -> int:
+    """Bytes from one nv12 row to the next: the spec's row_stride (a J6 march aligns it), else the width."""
+    return int(spec.row_stride) or model_hw(spec)[2]
+
+
 def rt_byte_size(spec: model_pb2.InputSpec) -> int:
+    """alignedByteSize: what one input takes (an nv12 frame with its rows at the march's stride)."""
     if spec.input_type_rt == "featuremap":
         return int(np.prod(spec.model_shape)) * np.dtype(spec.model_dtype or "float32").itemsize
     if spec.input_type_rt == "nv12":
-        n, h, w, _ = model_hw(spec)
-        return n * h * w * 3 // 2
+        n, h, _, _ = model_hw(spec)
+        return n * h * nv12_row_stride(spec) * 3 // 2
     return int(np.prod(rt_shape(spec)))
+
+
+def _check_nv12_stride(data: np.ndarray, spec: model_pb2.InputSpec) -> None:
+    """An nv12 input of a model whose rows are aligned (a J6 march) must come with rows at that stride: one
+    whose byte count is a frame of another row stride (a dense frame, say) is refused, naming both."""
+    stride = nv12_row_stride(spec)
+    n, h, w, _ = model_hw(spec)
+    rows = n * h * 3 // 2
+    if data.size == rt_byte_size(spec) or data.size % rows or data.size // rows < w:
+        return
+    raise InvalidInput(
+        f"input '{spec.name}' (nv12, {w}x{h}) has rows {data.size // rows} bytes apart; the model's nv12 row "
+        f"stride is {stride} bytes (aligned for its march): give {rt_byte_size(spec)} bytes (alignedByteSize), "
+        f"each row padded to {stride}")
 
 
 def _check(data: np.ndarray, spec: model_pb2.InputSpec, dtype: str) -> np.ndarray:
@@ -103,6 +123,8 @@ def _check(data: np.ndarray, spec: model_pb2.InputSpec, dtype: str) -> np.ndarra
             hint=f"expected validShape {list(rt_shape(spec))}, {rt_byte_size(spec)} bytes",
         )
     size = rt_byte_size(spec) // want.itemsize
+    if spec.row_stride and spec.input_type_rt == "nv12":
+        _check_nv12_stride(data, spec)
     if data.size != size:
         raise InvalidInput(
             f"input '{spec.name}' ({spec.input_type_rt}) needs {rt_byte_size(spec)} bytes "
@@ -124,12 +146,13 @@ def _image(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
 def _nv12(data: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
     data = _check(data, spec, "uint8").reshape(-1)
     n, h, w, _ = model_hw(spec)
-    frame = h * w * 3 // 2
+    stride = nv12_row_stride(spec)
+    frame = h * stride * 3 // 2
     out = np.empty((n, h, w, 3), dtype=np.uint8)
     for i in range(n):
         f = data[i * frame : (i + 1) * frame]
-        out[i, :, :, 0] = f[: h * w].reshape(h, w)
-        uv = f[h * w :].reshape(h // 2, w // 2, 2)
+        out[i, :, :, 0] = f[: h * stride].reshape(h, stride)[:, :w]
+        uv = f[h * stride :].reshape(h // 2, stride)[:, :w].reshape(h // 2, w // 2, 2)
         # Chroma upsampling by 2x2 replication, as the image pipeline does.
         out[i, :, :, 1:] = uv.repeat(2, axis=0).repeat(2, axis=1)
     return relayout(minus_128(out), "NHWC", spec.model_layout)
@@ -210,6 +233,17 @@ def rgb_to_nv12(rgb: np.ndarray, space: str = "regular") -> np.ndarray:
     return yuv444_to_nv12(rgb_to_yuv444(rgb, space))
 
 
+def nv12_rows_at_stride(frame: np.ndarray, h: int, w: int, stride: int) -> np.ndarray:
+    """A dense nv12 frame (H*W*3/2 bytes) with each row of its Y and UV planes padded (zeros) to ``stride``
+    bytes: what a J6 model's nv12 input takes (its tensor properties' stride and alignedByteSize)."""
+    if stride == w:
+        return frame
+    rows = np.asarray(frame, dtype=np.uint8).reshape(h * 3 // 2, w)
+    out = np.zeros((h * 3 // 2, stride), dtype=np.uint8)
+    out[:, :w] = rows
+    return out.reshape(-1)
+
+
 def yuv444_to_nv12(yuv: np.ndarray) -> np.ndarray:
     """An HxWx3 uint8 YUV444 image -> nv12 bytes (2x2 chroma mean)."""
     h, w = yuv.shape[:2]
@@ -257,7 +291,7 @@ def image_to_rt(rgb: np.ndarray, spec: model_pb2.InputSpec) -> np.ndarray:
         raise InvalidInput(f"image is {rgb.shape[1]}x{rgb.shape[0]}, input '{spec.name}' needs {w}x{h}")
     t, space = spec.input_type_rt, spec.input_space_and_range
     if t == "nv12":
-        return np.tile(rgb_to_nv12(rgb, space), n)
+        return np.tile(nv12_rows_at_stride(rgb_to_nv12(rgb, space), h, w, nv12_row_stride(spec)), n)
     if t == "rgb":
         hwc = rgb
     elif t == "bgr":

@@ -118,6 +118,33 @@ def plan_steps(model: model_pb2.Model) -> ModelSteps:
                       max(0.0, model.x5_timing.task_overhead_us), model.x5_timing.parameters)
 
 
+def march_steps(model: model_pb2.Model) -> ModelSteps:
+    """The modeled steps of ``model`` on the march it was compiled for: the X5's as stored; on a J6 march
+    (no J6 board measurements exist) each BPU step's X5 time divided by the march's int8 TOPS ratio to the
+    X5 and each CPU step's (and the task overhead) by its CPU speed ratio, both from ``March.timing``
+    (bpuemu.common.march), whose ``label`` says what they rest on."""
+    from bpuemu.common.march import march
+
+    steps = plan_steps(model)
+    t = march(model.march or None).timing
+    if t.bpu_speed_vs_x5 == 1.0 and t.cpu_speed_vs_x5 == 1.0:
+        return steps
+    return ModelSteps(steps.model, tuple(StepTime(s.name, s.on_bpu, s.us / (t.bpu_speed_vs_x5 if s.on_bpu
+                                                                             else t.cpu_speed_vs_x5))
+                                         for s in steps.steps),
+                      steps.task_overhead_us / t.cpu_speed_vs_x5, steps.parameters)
+
+
+def timing_header(model: model_pb2.Model) -> str:
+    """The first line of a modeled timing block: which board it models and what the figures rest on."""
+    from bpuemu.common.march import march
+
+    m = march(model.march or None)
+    if not m.is_j6:
+        return "X5 model (bpuemu's timing model of an RDK X5: 1 BPU core, 8x Cortex-A55; not measured):"
+    return f"{m.name} model ({m.platform}; {m.timing.label}):"
+
+
 def _walk(segments: Sequence[Tuple[bool, float]], start: float, bpu_free: float) -> Tuple[float, float]:
     """(end, BPU free-at) of one frame started at ``start`` (us), reserving its BPU time after ``bpu_free``."""
     t = start
@@ -176,10 +203,12 @@ class X5Clock:
             time.sleep(left / 1e9)
 
 
-def timing_text(perf: ModeledPerf, steps: ModelSteps, bpu_estimate_line: Optional[str] = None) -> str:
-    """hrt_model_exec perf's X5 block: what the X5 would show for this run."""
+def timing_text(perf: ModeledPerf, steps: ModelSteps, bpu_estimate_line: Optional[str] = None,
+                header: str = "") -> str:
+    """hrt_model_exec perf's X5 block: what the X5 would show for this run (``header``: timing_header's
+    line for another march)."""
     lines = [
-        "X5 model (bpuemu's timing model of an RDK X5: 1 BPU core, 8x Cortex-A55; not measured):",
+        header or "X5 model (bpuemu's timing model of an RDK X5: 1 BPU core, 8x Cortex-A55; not measured):",
         f"  Thread number is: {perf.thread_num}",
         f"  Frame count   is: {perf.frame_count}",
         f"  Average    latency    is: {perf.latency_ms:.6f} ms",
@@ -192,9 +221,10 @@ def timing_text(perf: ModeledPerf, steps: ModelSteps, bpu_estimate_line: Optiona
     return "\n".join(lines)
 
 
-def estimate_line(model: model_pb2.Model) -> str:
-    """makertbin's estimate line from the stored timing: ``FPS=…, latency = … us, DDR = … bytes``."""
-    t = plan_steps(model)
+def estimate_line(model: model_pb2.Model, on_march: bool = True) -> str:
+    """makertbin's estimate line from the stored timing: ``FPS=…, latency = … us, DDR = … bytes``; on the
+    model's march (``march_steps``), or with ``on_march=False`` the X5's that the model stores."""
+    t = march_steps(model) if on_march else plan_steps(model)
     bpu_us = t.bpu_us
     fps = f"{1e6 / bpu_us:.2f}" if bpu_us > 0 else "inf"
     return f"FPS={fps}, latency = {bpu_us:.1f} us, DDR = {model.x5_timing.ddr_bytes} bytes"

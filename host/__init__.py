@@ -9,8 +9,10 @@ reader follows a command downward from its click module to the graph toolkit:
 
     cli                              the commands: parse, call the library, print
     samples                          sample models, projects and a local daemon (demo, tests, benches)
-    verifier | debugger | tools | data   hb_verifier, the accuracy debugger, the .bin tools, horizon_tc_ui.data
-    mapper                           hb_mapper checker / makertbin / infer: a config to a conversion
+    verifier | debugger | tools | data | hbm_infer   hb_verifier, the accuracy debugger, the .bin tools,
+                                     horizon_tc_ui.data, an .hbm on a board from Python (hbm_infer)
+    mapper | hb_runtime              hb_mapper checker / makertbin / infer: a config to a conversion; the J6
+                                     host inference API (HBRuntime: .onnx, .bc, .hbm)
     convert | hb_onnxruntime         makertbin's stages and pipeline; the seeds' ONNX inference API
     quant                            calibration and quantization (reads the compiler's BPU op table)
     compiler                         the BPU model: op table, placement, partition, compile, plan, node removal,

@@ -59,10 +59,13 @@ from bpuemu.board.security import ServerTls, read_token_file
               help="x5: infer and perf frames last at least their modeled RDK X5 time (all calls share one modeled "
                    "BPU; the model's X5 timing comes from makertbin), so applications see the board's latency and "
                    "throughput; host: as fast as this machine runs.")
+@click.option("--march", default="bayes-e", show_default=True, metavar="MARCH",
+              help="The board's BPU march: bayes-e (the X5, .bin) or nash-e/m/b/h/p (the J6, .hbm). A model compiled "
+                   "for another march is refused at load.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, max_jobs, max_uploads,
         max_data_connections, max_frame_count, max_perf_time, data_channel, follow_client_cpu, call_deadline,
-        metrics_listen, port_file, timing, log_level):
+        metrics_listen, port_file, timing, march, log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
     from bpuemu.board.daemon.memory import limit_arenas
 
@@ -77,6 +80,9 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
     from bpuemu.board.runtime.model import set_timing
 
     set_timing(timing)
+    from bpuemu.board.runtime import set_board_march
+
+    march = set_board_march(march)   # an unknown name: one line from the CLI edge
     limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs, max_uploads=max_uploads,
                     max_data_connections=max_data_connections, max_frame_count=max_frame_count,
                     max_perf_time_minutes=max_perf_time, call_deadline_s=call_deadline)
@@ -88,7 +94,7 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
         from bpuemu.common.atomic import write_file_atomic
 
         write_file_atomic(port_file, f"{server.port}\n")
-    click.echo(f"hrt_boardd {__version__} listening on {server.target}", err=True)
+    click.echo(f"hrt_boardd {__version__} ({march}) listening on {server.target}", err=True)
     stopping = threading.Event()
 
     def on_signal(signum, frame):

@@ -73,6 +73,23 @@ def _set_timing(timing, board, ssh):
     set_timing(timing)
 
 
+def march_option(f):
+    return click.option("--march", default=None, metavar="MARCH",
+                        help="The in-process board's march (default bayes-e; nash-e/m/b/h/p run J6 .hbm models): a "
+                             "model compiled for another is refused. A remote board has its own (hrt_boardd --march).")(f)
+
+
+def _set_march(march, board, ssh):
+    if march is None:
+        return
+    if board or ssh:
+        raise click.UsageError("--march sets the in-process board's march; a remote board has its own: "
+                               "start it with hrt_boardd --march")
+    from bpuemu.board.runtime import set_board_march
+
+    set_board_march(march)
+
+
 def input_option(f):
     return click.option("--input_file", default="",
                         help="One file per input, comma separated: .bin, .npy, .txt, .jpg/.jpeg/.png.")(f)
@@ -126,8 +143,10 @@ def cli():
 
 @_command("model_info")
 @json_option
-def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json):
+@march_option
+def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json, march):
     """Print input and output tensor properties."""
+    _set_march(march, board, ssh)
     from bpuemu.board.cli.hrt_model_exec_text import board_header, model_info_text
 
     with _open(model_file, board, token, ssh, tls, as_json) as be:
@@ -157,10 +176,12 @@ def model_info(model_file, model_name, core_id, board, token, ssh, tls, as_json)
 @click.option("--dump_path", default=".", show_default=True, type=click.Path(file_okay=False), help="Where dumps go.")
 @json_option
 @timing_option
+@march_option
 def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, enable_dump, dump_format,
-          dump_precision, dump_txt_axis, dump_intermediate, dump_path, as_json, timing):
+          dump_precision, dump_txt_axis, dump_intermediate, dump_path, as_json, timing, march):
     """Run inference on the given inputs (random ones when none are given)."""
     _set_timing(timing, board, ssh)
+    _set_march(march, board, ssh)
     from bpuemu.board.runtime.dump import DumpConfig
     from bpuemu.board.cli.hrt_model_exec_text import agreement_text, board_header, infer_text
 
@@ -201,13 +222,15 @@ def infer(model_file, model_name, core_id, board, token, ssh, tls, input_file, f
 @click.option("--profile_path", default="", help="Directory for profiler.log and profiler.csv (off when empty).")
 @json_option
 @timing_option
+@march_option
 def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, frame_count, perf_time, thread_num,
-         profile_path, as_json, timing):
+         profile_path, as_json, timing, march):
     """Measure latency and frame rate on the board itself (on every board of a farm at once), and show what an
     RDK X5 would measure (bpuemu's X5 timing model stored in the .bin by makertbin)."""
     from bpuemu.board.runtime.perf_job import PerfConfig, x5_summary, x5_text
 
     _set_timing(timing, board, ssh)
+    _set_march(march, board, ssh)
     from bpuemu.board.cli.hrt_model_exec_text import board_header, farm_perf_text
 
     config = PerfConfig(frame_count=frame_count, perf_time_minutes=perf_time, thread_num=thread_num,

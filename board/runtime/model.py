@@ -249,7 +249,7 @@ class LoadedModel(ModelDescription):
         self._closed = [p for s in self._frame_steps if isinstance(s, MergedStep) for p in s.steps]
         self._pieces_lock = threading.Lock()
         self._piece_users = 0    # open_pieces calls not yet followed by close_pieces
-        self.x5_steps = x5_timing.plan_steps(model) if x5_timing.has_timing(model) else None
+        self.x5_steps = x5_timing.march_steps(model) if x5_timing.has_timing(model) else None
 
     def open_pieces(self) -> None:
         """Open the pieces' own sessions a merge closed: profiled and dumped frames run the pieces one by one.

@@ -227,7 +227,7 @@ def modeled_x5(model, thread_num: int, frame_count: int):
     or (None, None) when the .bin has none (x5_timing.NO_TIMING)."""
     if not x5_timing.has_timing(model):
         return None, None
-    steps = x5_timing.plan_steps(model)
+    steps = x5_timing.march_steps(model)   # a J6 model's: scaled per its march (labelled in x5_text)
     return x5_timing.schedule(steps, min(max(thread_num, 1), MAX_THREADS), max(frame_count, 1)), steps
 
 
@@ -236,7 +236,8 @@ def x5_summary(model, thread_num: int, frame_count: int) -> dict:
     run, steps = modeled_x5(model, thread_num, frame_count)
     if run is None:
         return {"error": x5_timing.NO_TIMING}
-    return {**run.summary(), "estimate_line": x5_timing.estimate_line(model), "parameters": steps.parameters,
+    return {**run.summary(), "modeled": x5_timing.timing_header(model).rstrip(":"),
+            "estimate_line": x5_timing.estimate_line(model), "parameters": steps.parameters,
             "steps_us": {s.name: s.us for s in steps.steps}, "task_overhead_us": steps.task_overhead_us}
 
 
@@ -245,14 +246,14 @@ def x5_text(model, thread_num: int, frame_count: int) -> str:
     run, steps = modeled_x5(model, thread_num, frame_count)
     if run is None:
         return f"X5 model: {x5_timing.NO_TIMING}"
-    return x5_timing.timing_text(run, steps, x5_timing.estimate_line(model))
+    return x5_timing.timing_text(run, steps, x5_timing.estimate_line(model), x5_timing.timing_header(model))
 
 
 def _profiler_files(profiler: Profiler, report: PerfReport, config: PerfConfig, model=None) -> Tuple[str, str]:
     """profiler.log (the seed's two JSON documents) and profiler.csv of one run; with the model's stored
     X5 timing, each node also gets its modeled X5 time (``x5_time``, ms) and the run its modeled figures."""
     if model is not None and x5_timing.has_timing(model):
-        steps = x5_timing.plan_steps(model)
+        steps = x5_timing.march_steps(model)
         profiler.x5_ms = {s.name: s.us / 1e3 for s in steps.steps}
         profiler.x5_run = x5_summary(model, config.thread_num, report.frame_count)
     log = profiler.profiler_log(

@@ -19,7 +19,7 @@ from typing import Dict, List, Optional, Sequence, Tuple
 import numpy as np
 
 from bpuemu.common.errors import InvalidModelFile
-from bpuemu.common.input_types import FUSABLE_RT_TYPES, INPUT_TYPES_RT, preprocess_output_type
+from bpuemu.common.input_types import FUSABLE_RT_TYPES, INPUT_TYPES_RT, model_hw, preprocess_output_type
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.tensor import ORT_DTYPES, WIRE_DTYPES
 
@@ -54,6 +54,17 @@ def check_input_spec(model: model_pb2.Model, spec: model_pb2.InputSpec) -> None:
         raise _bad(model, f"input '{name}' has an unusable model_shape {shape[:8]}")
     if int(np.prod(shape, dtype=object)) * dtype.itemsize > MAX_INPUT_BYTES:
         raise _bad(model, f"input '{name}' model_shape {shape} is over {MAX_INPUT_BYTES} bytes")
+    check_row_stride(model, spec)
+
+
+def check_row_stride(model: model_pb2.Model, spec: model_pb2.InputSpec) -> None:
+    """An nv12 row stride (a J6 march's) holds a row and at most one alignment unit (64 bytes) more."""
+    if not spec.row_stride:
+        return
+    width = model_hw(spec)[2]
+    if spec.input_type_rt != "nv12" or not width <= spec.row_stride < width + 64:
+        raise _bad(model, f"input '{spec.name[:80]}' ({spec.input_type_rt}, {width} wide) has an unusable "
+                          f"row_stride {spec.row_stride}")
 
 
 def _ort_type(arg) -> TensorType:

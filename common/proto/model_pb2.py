@@ -24,45 +24,45 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62puemu/board/v1/model.proto\x12\x0f\x62puemu.board.v1\"\x9d\x03\n\x10TensorProperties\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bvalid_shape\x18\x02 \x03(\x03\x12\x15\n\raligned_shape\x18\x03 \x03(\x03\x12\x34\n\rtensor_layout\x18\x04 \x01(\x0e\x32\x1d.bpuemu.board.v1.TensorLayout\x12\x30\n\x0btensor_type\x18\x05 \x01(\x0e\x32\x1b.bpuemu.board.v1.TensorType\x12\x30\n\x0bquanti_type\x18\x06 \x01(\x0e\x32\x1b.bpuemu.board.v1.QuantiType\x12\x12\n\nscale_data\x18\x07 \x03(\x02\x12\x17\n\x0fzero_point_data\x18\x08 \x03(\x05\x12\x15\n\rquantize_axis\x18\t \x01(\x05\x12\x19\n\x11\x61ligned_byte_size\x18\n \x01(\x03\x12\x0e\n\x06stride\x18\x0b \x03(\x03\x12\x12\n\nshift_data\x18\x0c \x03(\x05\x12\x32\n\x0cinput_source\x18\r \x01(\x0e\x32\x1c.bpuemu.board.v1.InputSource\"\xbd\x01\n\tInputSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rinput_type_rt\x18\x02 \x01(\t\x12\x17\n\x0finput_layout_rt\x18\x03 \x01(\t\x12\x1d\n\x15input_space_and_range\x18\x04 \x01(\t\x12\x14\n\x0cmodel_layout\x18\x05 \x01(\t\x12\x13\n\x0bmodel_dtype\x18\x06 \x01(\t\x12\x13\n\x0bmodel_shape\x18\x07 \x03(\x03\x12\x13\n\x0bplan_tensor\x18\x08 \x01(\t\"E\n\x07\x42lobRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\"\xae\x03\n\x08PlanStep\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.bpuemu.board.v1.PlanStep.Kind\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12\x0f\n\x07outputs\x18\x04 \x03(\t\x12\x0c\n\x04\x62lob\x18\x05 \x01(\t\x12\r\n\x05scale\x18\x06 \x03(\x02\x12\x12\n\nzero_point\x18\x07 \x03(\x05\x12\x0c\n\x04\x61xis\x18\x08 \x01(\x05\x12\x0c\n\x04perm\x18\t \x03(\x05\x12\x13\n\x0binput_index\x18\n \x01(\x05\x12\x10\n\x08op_types\x18\x0b \x03(\t\x12\x14\n\x0csource_nodes\x18\x0c \x03(\t\x12\x1b\n\x13\x66used_into_subgraph\x18\r \x01(\x08\x12\r\n\x05x5_us\x18\x0e \x01(\x01\x12\x11\n\tx5_on_bpu\x18\x0f \x01(\x08\"|\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n\nPREPROCESS\x10\x01\x12\x10\n\x0c\x42PU_SUBGRAPH\x10\x02\x12\n\n\x06\x43PU_OP\x10\x03\x12\x0e\n\nDEQUANTIZE\x10\x04\x12\x0c\n\x08QUANTIZE\x10\x05\x12\x12\n\x0eLAYOUT_CONVERT\x10\x06\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"P\n\x0fInputParameters\x12\x12\n\ninput_name\x18\x01 \x01(\t\x12)\n\x06params\x18\x02 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\"\xcb\x02\n\tBuildInfo\x12\'\n\x04\x64\x65ps\x18\x01 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12\x33\n\x10model_parameters\x18\x02 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12:\n\x10input_parameters\x18\x03 \x03(\x0b\x32 .bpuemu.board.v1.InputParameters\x12\x39\n\x16\x63\x61libration_parameters\x18\x04 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12\x36\n\x13\x63ompiler_parameters\x18\x05 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12\x15\n\rdeleted_nodes\x18\x06 \x03(\t\x12\x1a\n\x12\x64\x65leted_nodes_info\x18\x07 \x03(\t\"\xdb\x02\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x06inputs\x18\x02 \x03(\x0b\x32!.bpuemu.board.v1.TensorProperties\x12\x32\n\x07outputs\x18\x03 \x03(\x0b\x32!.bpuemu.board.v1.TensorProperties\x12/\n\x0binput_specs\x18\x04 \x03(\x0b\x32\x1a.bpuemu.board.v1.InputSpec\x12\'\n\x04plan\x18\x05 \x03(\x0b\x32\x19.bpuemu.board.v1.PlanStep\x12.\n\nbuild_info\x18\x06 \x01(\x0b\x32\x1a.bpuemu.board.v1.BuildInfo\x12\x16\n\x0eoutput_tensors\x18\x07 \x03(\t\x12\r\n\x05march\x18\x08 \x01(\t\x12,\n\tx5_timing\x18\t \x01(\x0b\x32\x19.bpuemu.board.v1.X5Timing\"K\n\x08X5Timing\x12\x12\n\nparameters\x18\x01 \x01(\t\x12\x11\n\tddr_bytes\x18\x02 \x01(\x04\x12\x18\n\x10task_overhead_us\x18\x03 \x01(\x01\"\x80\x01\n\x0b\x42inManifest\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.bpuemu.board.v1.Model\x12\'\n\x05\x62lobs\x18\x02 \x03(\x0b\x32\x18.bpuemu.board.v1.BlobRef\x12\x0e\n\x06packed\x18\x03 \x01(\x08\x12\x10\n\x08producer\x18\x04 \x01(\t\"q\n\x0e\x46ixedPointNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07op_type\x18\x02 \x01(\t\x12\n\n\x02on\x18\x03 \x01(\t\x12\x10\n\x08subgraph\x18\x04 \x01(\x05\x12\x0c\n\x04type\x18\x05 \x01(\t\x12\x14\n\x0coutput_dtype\x18\x06 \x01(\t\"\x9f\x02\n\x0f\x46ixedPointModel\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05march\x18\x02 \x01(\t\x12\x12\n\nmodel_blob\x18\x03 \x01(\t\x12\x13\n\x0binput_names\x18\x04 \x03(\t\x12\x14\n\x0coutput_names\x18\x05 \x03(\t\x12.\n\x05nodes\x18\x06 \x03(\x0b\x32\x1f.bpuemu.board.v1.FixedPointNode\x12.\n\nbuild_info\x18\x07 \x01(\x0b\x32\x1a.bpuemu.board.v1.BuildInfo\x12\x15\n\rremoved_nodes\x18\x08 \x03(\t\x12\'\n\x05\x62lobs\x18\t \x03(\x0b\x32\x18.bpuemu.board.v1.BlobRef\x12\x10\n\x08producer\x18\n \x01(\t*W\n\x0cTensorLayout\x12\x16\n\x12HB_DNN_LAYOUT_NHWC\x10\x00\x12\x16\n\x12HB_DNN_LAYOUT_NCHW\x10\x02\x12\x17\n\x12HB_DNN_LAYOUT_NONE\x10\xff\x01*\x96\x04\n\nTensorType\x12\x15\n\x11HB_DNN_IMG_TYPE_Y\x10\x00\x12\x18\n\x14HB_DNN_IMG_TYPE_NV12\x10\x01\x12!\n\x1dHB_DNN_IMG_TYPE_NV12_SEPARATE\x10\x02\x12\x1a\n\x16HB_DNN_IMG_TYPE_YUV444\x10\x03\x12\x17\n\x13HB_DNN_IMG_TYPE_RGB\x10\x04\x12\x17\n\x13HB_DNN_IMG_TYPE_BGR\x10\x05\x12\x19\n\x15HB_DNN_TENSOR_TYPE_S4\x10\x06\x12\x19\n\x15HB_DNN_TENSOR_TYPE_U4\x10\x07\x12\x19\n\x15HB_DNN_TENSOR_TYPE_S8\x10\x08\x12\x19\n\x15HB_DNN_TENSOR_TYPE_U8\x10\t\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_F16\x10\n\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_S16\x10\x0b\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_U16\x10\x0c\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_F32\x10\r\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_S32\x10\x0e\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_U32\x10\x0f\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_F64\x10\x10\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_S64\x10\x11\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_U64\x10\x12*,\n\nQuantiType\x12\x08\n\x04NONE\x10\x00\x12\t\n\x05SHIFT\x10\x01\x12\t\n\x05SCALE\x10\x02*f\n\x0bInputSource\x12\x19\n\x15HB_DNN_INPUT_FROM_DDR\x10\x00\x12\x1d\n\x19HB_DNN_INPUT_FROM_RESIZER\x10\x01\x12\x1d\n\x19HB_DNN_INPUT_FROM_PYRAMID\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1b\x62puemu/board/v1/model.proto\x12\x0f\x62puemu.board.v1\"\x9d\x03\n\x10TensorProperties\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x13\n\x0bvalid_shape\x18\x02 \x03(\x03\x12\x15\n\raligned_shape\x18\x03 \x03(\x03\x12\x34\n\rtensor_layout\x18\x04 \x01(\x0e\x32\x1d.bpuemu.board.v1.TensorLayout\x12\x30\n\x0btensor_type\x18\x05 \x01(\x0e\x32\x1b.bpuemu.board.v1.TensorType\x12\x30\n\x0bquanti_type\x18\x06 \x01(\x0e\x32\x1b.bpuemu.board.v1.QuantiType\x12\x12\n\nscale_data\x18\x07 \x03(\x02\x12\x17\n\x0fzero_point_data\x18\x08 \x03(\x05\x12\x15\n\rquantize_axis\x18\t \x01(\x05\x12\x19\n\x11\x61ligned_byte_size\x18\n \x01(\x03\x12\x0e\n\x06stride\x18\x0b \x03(\x03\x12\x12\n\nshift_data\x18\x0c \x03(\x05\x12\x32\n\x0cinput_source\x18\r \x01(\x0e\x32\x1c.bpuemu.board.v1.InputSource\"\xd1\x01\n\tInputSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rinput_type_rt\x18\x02 \x01(\t\x12\x17\n\x0finput_layout_rt\x18\x03 \x01(\t\x12\x1d\n\x15input_space_and_range\x18\x04 \x01(\t\x12\x14\n\x0cmodel_layout\x18\x05 \x01(\t\x12\x13\n\x0bmodel_dtype\x18\x06 \x01(\t\x12\x13\n\x0bmodel_shape\x18\x07 \x03(\x03\x12\x13\n\x0bplan_tensor\x18\x08 \x01(\t\x12\x12\n\nrow_stride\x18\t \x01(\x03\"E\n\x07\x42lobRef\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x0e\n\x06sha256\x18\x04 \x01(\x0c\"\xae\x03\n\x08PlanStep\x12,\n\x04kind\x18\x01 \x01(\x0e\x32\x1e.bpuemu.board.v1.PlanStep.Kind\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x0e\n\x06inputs\x18\x03 \x03(\t\x12\x0f\n\x07outputs\x18\x04 \x03(\t\x12\x0c\n\x04\x62lob\x18\x05 \x01(\t\x12\r\n\x05scale\x18\x06 \x03(\x02\x12\x12\n\nzero_point\x18\x07 \x03(\x05\x12\x0c\n\x04\x61xis\x18\x08 \x01(\x05\x12\x0c\n\x04perm\x18\t \x03(\x05\x12\x13\n\x0binput_index\x18\n \x01(\x05\x12\x10\n\x08op_types\x18\x0b \x03(\t\x12\x14\n\x0csource_nodes\x18\x0c \x03(\t\x12\x1b\n\x13\x66used_into_subgraph\x18\r \x01(\x08\x12\r\n\x05x5_us\x18\x0e \x01(\x01\x12\x11\n\tx5_on_bpu\x18\x0f \x01(\x08\"|\n\x04Kind\x12\x14\n\x10KIND_UNSPECIFIED\x10\x00\x12\x0e\n\nPREPROCESS\x10\x01\x12\x10\n\x0c\x42PU_SUBGRAPH\x10\x02\x12\n\n\x06\x43PU_OP\x10\x03\x12\x0e\n\nDEQUANTIZE\x10\x04\x12\x0c\n\x08QUANTIZE\x10\x05\x12\x12\n\x0eLAYOUT_CONVERT\x10\x06\"&\n\x08KeyValue\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t\"P\n\x0fInputParameters\x12\x12\n\ninput_name\x18\x01 \x01(\t\x12)\n\x06params\x18\x02 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\"\xcb\x02\n\tBuildInfo\x12\'\n\x04\x64\x65ps\x18\x01 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12\x33\n\x10model_parameters\x18\x02 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12:\n\x10input_parameters\x18\x03 \x03(\x0b\x32 .bpuemu.board.v1.InputParameters\x12\x39\n\x16\x63\x61libration_parameters\x18\x04 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12\x36\n\x13\x63ompiler_parameters\x18\x05 \x03(\x0b\x32\x19.bpuemu.board.v1.KeyValue\x12\x15\n\rdeleted_nodes\x18\x06 \x03(\t\x12\x1a\n\x12\x64\x65leted_nodes_info\x18\x07 \x03(\t\"\xdb\x02\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x31\n\x06inputs\x18\x02 \x03(\x0b\x32!.bpuemu.board.v1.TensorProperties\x12\x32\n\x07outputs\x18\x03 \x03(\x0b\x32!.bpuemu.board.v1.TensorProperties\x12/\n\x0binput_specs\x18\x04 \x03(\x0b\x32\x1a.bpuemu.board.v1.InputSpec\x12\'\n\x04plan\x18\x05 \x03(\x0b\x32\x19.bpuemu.board.v1.PlanStep\x12.\n\nbuild_info\x18\x06 \x01(\x0b\x32\x1a.bpuemu.board.v1.BuildInfo\x12\x16\n\x0eoutput_tensors\x18\x07 \x03(\t\x12\r\n\x05march\x18\x08 \x01(\t\x12,\n\tx5_timing\x18\t \x01(\x0b\x32\x19.bpuemu.board.v1.X5Timing\"K\n\x08X5Timing\x12\x12\n\nparameters\x18\x01 \x01(\t\x12\x11\n\tddr_bytes\x18\x02 \x01(\x04\x12\x18\n\x10task_overhead_us\x18\x03 \x01(\x01\"\x80\x01\n\x0b\x42inManifest\x12&\n\x06models\x18\x01 \x03(\x0b\x32\x16.bpuemu.board.v1.Model\x12\'\n\x05\x62lobs\x18\x02 \x03(\x0b\x32\x18.bpuemu.board.v1.BlobRef\x12\x0e\n\x06packed\x18\x03 \x01(\x08\x12\x10\n\x08producer\x18\x04 \x01(\t\"q\n\x0e\x46ixedPointNode\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07op_type\x18\x02 \x01(\t\x12\n\n\x02on\x18\x03 \x01(\t\x12\x10\n\x08subgraph\x18\x04 \x01(\x05\x12\x0c\n\x04type\x18\x05 \x01(\t\x12\x14\n\x0coutput_dtype\x18\x06 \x01(\t\"\x9f\x02\n\x0f\x46ixedPointModel\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05march\x18\x02 \x01(\t\x12\x12\n\nmodel_blob\x18\x03 \x01(\t\x12\x13\n\x0binput_names\x18\x04 \x03(\t\x12\x14\n\x0coutput_names\x18\x05 \x03(\t\x12.\n\x05nodes\x18\x06 \x03(\x0b\x32\x1f.bpuemu.board.v1.FixedPointNode\x12.\n\nbuild_info\x18\x07 \x01(\x0b\x32\x1a.bpuemu.board.v1.BuildInfo\x12\x15\n\rremoved_nodes\x18\x08 \x03(\t\x12\'\n\x05\x62lobs\x18\t \x03(\x0b\x32\x18.bpuemu.board.v1.BlobRef\x12\x10\n\x08producer\x18\n \x01(\t*W\n\x0cTensorLayout\x12\x16\n\x12HB_DNN_LAYOUT_NHWC\x10\x00\x12\x16\n\x12HB_DNN_LAYOUT_NCHW\x10\x02\x12\x17\n\x12HB_DNN_LAYOUT_NONE\x10\xff\x01*\x96\x04\n\nTensorType\x12\x15\n\x11HB_DNN_IMG_TYPE_Y\x10\x00\x12\x18\n\x14HB_DNN_IMG_TYPE_NV12\x10\x01\x12!\n\x1dHB_DNN_IMG_TYPE_NV12_SEPARATE\x10\x02\x12\x1a\n\x16HB_DNN_IMG_TYPE_YUV444\x10\x03\x12\x17\n\x13HB_DNN_IMG_TYPE_RGB\x10\x04\x12\x17\n\x13HB_DNN_IMG_TYPE_BGR\x10\x05\x12\x19\n\x15HB_DNN_TENSOR_TYPE_S4\x10\x06\x12\x19\n\x15HB_DNN_TENSOR_TYPE_U4\x10\x07\x12\x19\n\x15HB_DNN_TENSOR_TYPE_S8\x10\x08\x12\x19\n\x15HB_DNN_TENSOR_TYPE_U8\x10\t\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_F16\x10\n\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_S16\x10\x0b\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_U16\x10\x0c\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_F32\x10\r\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_S32\x10\x0e\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_U32\x10\x0f\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_F64\x10\x10\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_S64\x10\x11\x12\x1a\n\x16HB_DNN_TENSOR_TYPE_U64\x10\x12*,\n\nQuantiType\x12\x08\n\x04NONE\x10\x00\x12\t\n\x05SHIFT\x10\x01\x12\t\n\x05SCALE\x10\x02*f\n\x0bInputSource\x12\x19\n\x15HB_DNN_INPUT_FROM_DDR\x10\x00\x12\x1d\n\x19HB_DNN_INPUT_FROM_RESIZER\x10\x01\x12\x1d\n\x19HB_DNN_INPUT_FROM_PYRAMID\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'bpuemu.board.v1.model_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_TENSORLAYOUT']._serialized_start=2579
-  _globals['_TENSORLAYOUT']._serialized_end=2666
-  _globals['_TENSORTYPE']._serialized_start=2669
-  _globals['_TENSORTYPE']._serialized_end=3203
-  _globals['_QUANTITYPE']._serialized_start=3205
-  _globals['_QUANTITYPE']._serialized_end=3249
-  _globals['_INPUTSOURCE']._serialized_start=3251
-  _globals['_INPUTSOURCE']._serialized_end=3353
+  _globals['_TENSORLAYOUT']._serialized_start=2599
+  _globals['_TENSORLAYOUT']._serialized_end=2686
+  _globals['_TENSORTYPE']._serialized_start=2689
+  _globals['_TENSORTYPE']._serialized_end=3223
+  _globals['_QUANTITYPE']._serialized_start=3225
+  _globals['_QUANTITYPE']._serialized_end=3269
+  _globals['_INPUTSOURCE']._serialized_start=3271
+  _globals['_INPUTSOURCE']._serialized_end=3373
   _globals['_TENSORPROPERTIES']._serialized_start=49
   _globals['_TENSORPROPERTIES']._serialized_end=462
   _globals['_INPUTSPEC']._serialized_start=465
-  _globals['_INPUTSPEC']._serialized_end=654
-  _globals['_BLOBREF']._serialized_start=656
-  _globals['_BLOBREF']._serialized_end=725
-  _globals['_PLANSTEP']._serialized_start=728
-  _globals['_PLANSTEP']._serialized_end=1158
-  _globals['_PLANSTEP_KIND']._serialized_start=1034
-  _globals['_PLANSTEP_KIND']._serialized_end=1158
-  _globals['_KEYVALUE']._serialized_start=1160
-  _globals['_KEYVALUE']._serialized_end=1198
-  _globals['_INPUTPARAMETERS']._serialized_start=1200
-  _globals['_INPUTPARAMETERS']._serialized_end=1280
-  _globals['_BUILDINFO']._serialized_start=1283
-  _globals['_BUILDINFO']._serialized_end=1614
-  _globals['_MODEL']._serialized_start=1617
-  _globals['_MODEL']._serialized_end=1964
-  _globals['_X5TIMING']._serialized_start=1966
-  _globals['_X5TIMING']._serialized_end=2041
-  _globals['_BINMANIFEST']._serialized_start=2044
-  _globals['_BINMANIFEST']._serialized_end=2172
-  _globals['_FIXEDPOINTNODE']._serialized_start=2174
-  _globals['_FIXEDPOINTNODE']._serialized_end=2287
-  _globals['_FIXEDPOINTMODEL']._serialized_start=2290
-  _globals['_FIXEDPOINTMODEL']._serialized_end=2577
+  _globals['_INPUTSPEC']._serialized_end=674
+  _globals['_BLOBREF']._serialized_start=676
+  _globals['_BLOBREF']._serialized_end=745
+  _globals['_PLANSTEP']._serialized_start=748
+  _globals['_PLANSTEP']._serialized_end=1178
+  _globals['_PLANSTEP_KIND']._serialized_start=1054
+  _globals['_PLANSTEP_KIND']._serialized_end=1178
+  _globals['_KEYVALUE']._serialized_start=1180
+  _globals['_KEYVALUE']._serialized_end=1218
+  _globals['_INPUTPARAMETERS']._serialized_start=1220
+  _globals['_INPUTPARAMETERS']._serialized_end=1300
+  _globals['_BUILDINFO']._serialized_start=1303
+  _globals['_BUILDINFO']._serialized_end=1634
+  _globals['_MODEL']._serialized_start=1637
+  _globals['_MODEL']._serialized_end=1984
+  _globals['_X5TIMING']._serialized_start=1986
+  _globals['_X5TIMING']._serialized_end=2061
+  _globals['_BINMANIFEST']._serialized_start=2064
+  _globals['_BINMANIFEST']._serialized_end=2192
+  _globals['_FIXEDPOINTNODE']._serialized_start=2194
+  _globals['_FIXEDPOINTNODE']._serialized_end=2307
+  _globals['_FIXEDPOINTMODEL']._serialized_start=2310
+  _globals['_FIXEDPOINTMODEL']._serialized_end=2597
 # @@protoc_insertion_point(module_scope)

@@ -42,14 +42,36 @@ def cli(bin_file, model_name, packed, profiler_log, ddr_gbps):
         files = perf.analyze(binfile, perf.RESULT_DIR, m.name, bpu)[0]
         est = files.estimate
         log.info("%s: %s", m.name, est.strategy.describe())
-        log.info("%s: %s", m.name, est.line())
+        of_x5 = " (the X5 timing model's; the J6 line below scales it)" if _is_j6(m) else ""
+        log.info("%s: %s%s", m.name, est.line(), of_x5)
         one = est.modeled(1)
-        log.info("%s: one frame with one thread on the X5: %.3f ms (BPU %.3f ms + CPU %.3f ms)", m.name,
-                 one.latency_1thread_ms, one.bpu_ms, one.cpu_ms)
+        log.info("%s: one frame with one thread on the X5: %.3f ms (BPU %.3f ms + CPU %.3f ms)%s", m.name,
+                 one.latency_1thread_ms, one.bpu_ms, one.cpu_ms, of_x5)
+        _j6_line(m)
         _check_stored(m, est, ddr_gbps)
         log.info("%s: performance report written to %s", m.name, os.path.abspath(files.html))
         if profiler_log:
             click.echo(compare_text(compare(est, text, profiler_log)))
+
+
+def _is_j6(model) -> bool:
+    from bpuemu.common.march import MARCHES
+
+    return model.march in MARCHES and MARCHES[model.march].is_j6
+
+
+def _j6_line(model) -> None:
+    """A J6 model's frame on its march: the stored X5 times scaled per the march (bpuemu.common.x5_timing.
+    march_steps), with what that rests on (March.timing.label: modeled and assumed, no board measurements)."""
+    from bpuemu.common import x5_timing
+    from bpuemu.common.march import march
+
+    m = march(model.march or None)
+    if not m.is_j6 or not x5_timing.has_timing(model):
+        return
+    one = x5_timing.schedule(x5_timing.march_steps(model), 1, 1)
+    log.info("%s: one frame with one thread on %s (%s): %.3f ms (BPU %.3f ms + CPU %.3f ms) [%s]", model.name, m.name,
+             m.platform, one.latency_1thread_ms, one.bpu_ms, one.cpu_ms, m.timing.label)
 
 
 def _check_stored(model, est, ddr_gbps) -> None:
@@ -59,7 +81,7 @@ def _check_stored(model, est, ddr_gbps) -> None:
     if not x5_timing.has_timing(model):
         log.warning("%s: %s (hrt_model_exec perf shows no X5 figures for it)", model.name, x5_timing.NO_TIMING)
         return
-    stored = x5_timing.estimate_line(model)
+    stored = x5_timing.estimate_line(model, on_march=False)
     if stored != est.line() and ddr_gbps is None:
         log.warning("%s: the .bin stores the X5 timing of another parameter set (%s: %s); rebuild with makertbin "
                     "for hrt_model_exec perf to show this estimate", model.name, model.x5_timing.parameters, stored)

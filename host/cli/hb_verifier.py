@@ -43,12 +43,13 @@ HINTS = {**CONNECTION_HINTS, "model_name": "pass --model-name NAME",
 
 def _models(value: str):
     files = [v.strip() for v in value.split(",") if v.strip()]
-    onnx_files = [f for f in files if f.lower().endswith(".onnx")]
-    bins = [f for f in files if f.lower().endswith(".bin")]
+    onnx_files = [f for f in files if f.lower().endswith((".onnx", ".bc"))]   # J6: the quantized .bc
+    bins = [f for f in files if f.lower().endswith((".bin", ".hbm"))]
     other = [f for f in files if f not in onnx_files and f not in bins]
     if other or len(bins) != 1 or len(onnx_files) > 1:
         raise click.BadParameter(f"'{value}': give the fixed-point model and the bin model as quanti.onnx,model.bin "
-                                 f"(or model.bin alone to compare simulator and board)", param_hint="-m")
+                                 f"(J6: model_quantized_model.bc,model.hbm; or the .bin/.hbm alone to compare "
+                                 f"simulator and board)", param_hint="-m")
     return (onnx_files[0] if onnx_files else ""), bins[0]
 
 

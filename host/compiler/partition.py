@@ -33,7 +33,8 @@ from onnx import helper
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.tensor import LAYOUT, TENSOR_TYPE_OF_DTYPE, TENSOR_TYPE_OF_INPUT_TYPE, make_properties
-from bpuemu.common.input_types import rt_byte_size, rt_shape
+from bpuemu.common.input_types import model_hw, rt_byte_size, rt_shape
+from bpuemu.common.march import march as march_of
 from bpuemu.host.compiler.fuse_preprocess import fuse_preprocess
 from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, graph_inputs, name_nodes, value_infos
@@ -375,13 +376,35 @@ def _model_entry(g: _Graph, model_name: str, march: str, specs: Sequence[model_p
     """The Model entry without its plan: input specs and the tensor properties of inputs and outputs."""
     model = model_pb2.Model(name=model_name, march=march, output_tensors=g.outputs)
     model.input_specs.extend(specs)
-    model.inputs.extend(_input_properties(spec, input_sources) for spec in specs)
+    align_nv12_rows(model)
+    model.inputs.extend(_input_properties(spec, input_sources) for spec in model.input_specs)
     for out in g.outputs:
         dtype = _np_dtype(g, out)
         shape = _shape(g, out)
         layout = LAYOUT.HB_DNN_LAYOUT_NCHW if len(shape) == 4 else LAYOUT.HB_DNN_LAYOUT_NONE
         model.outputs.append(make_properties(out, shape, TENSOR_TYPE_OF_DTYPE[dtype], layout))
     return model
+
+
+def align_nv12_rows(model: model_pb2.Model) -> None:
+    """Each nv12 input's row stride, the width rounded up to the march's nv12_stride_align (J6: 32 or 64;
+    the X5 keeps dense rows, row_stride 0)."""
+    m = march_of(model.march or None)
+    if m.nv12_stride_align <= 1:
+        return
+    for spec in model.input_specs:
+        if spec.input_type_rt == "nv12":
+            spec.row_stride = m.aligned_stride(model_hw(spec)[2])
+
+
+def _nv12_alignment(props: model_pb2.TensorProperties, spec: model_pb2.InputSpec) -> None:
+    """An nv12 input with aligned rows: alignedShape (N, 3, H, row stride), stride (frame bytes, 0, row
+    stride, 1): what a user pads each row of the Y and UV planes to."""
+    if not spec.row_stride:
+        return
+    n, c, h, _ = props.valid_shape
+    props.aligned_shape[:] = [n, c, h, spec.row_stride]
+    props.stride[:] = [h * spec.row_stride * 3 // 2, 0, spec.row_stride, 1]
 
 
 def _input_properties(spec: model_pb2.InputSpec, input_sources: Optional[Dict[str, str]]) -> model_pb2.TensorProperties:
@@ -396,5 +419,7 @@ def _input_properties(spec: model_pb2.InputSpec, input_sources: Optional[Dict[st
     else:
         layout = LAYOUT.HB_DNN_LAYOUT_NHWC if spec.input_layout_rt == "NHWC" else LAYOUT.HB_DNN_LAYOUT_NCHW
     source = (input_sources or {}).get(spec.name) or ("pyramid" if spec.input_type_rt == "nv12" else "ddr")
-    return make_properties(spec.name, rt_shape(spec), tt, layout, byte_size=rt_byte_size(spec),
-                           input_source=INPUT_SOURCES[source])
+    props = make_properties(spec.name, rt_shape(spec), tt, layout, byte_size=rt_byte_size(spec),
+                            input_source=INPUT_SOURCES[source])
+    _nv12_alignment(props, spec)
+    return props

@@ -106,8 +106,9 @@ def text_image(h: int, w: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def write_sample_project(directory: str, size: int = 224, input_type_rt: str = "nv12", samples: int = 16,
-                         seed: int = 0, prefix: str = "") -> str:
-    """A float sample CNN, its makertbin yaml and calibration data in ``directory``; returns the yaml path.
+                         seed: int = 0, prefix: str = "", march: str = "bayes-e") -> str:
+    """A float sample CNN, its makertbin yaml (hb_compile's for a J6 ``march``) and calibration data in
+    ``directory``; returns the yaml path.
 
     The model is trained on RGB NCHW normalised with ImageNet mean/scale, which
     the yaml moves into HzPreprocess; calibration samples are RGB NCHW uint8
@@ -130,13 +131,17 @@ def write_sample_project(directory: str, size: int = 224, input_type_rt: str = "
               "input_shape": f"1x3x{size}x{size}"}
     if input_type_rt not in ("nv12", "featuremap"):
         inputs["input_layout_rt"] = "NHWC"
+    j6 = march.startswith("nash")
+    if j6:   # the J6 flow keeps the model's layout and has no O3 (bpuemu.common.march)
+        inputs.pop("input_layout_train")
+        inputs.pop("input_layout_rt", None)
     doc = {
-        "model_parameters": {"onnx_model": "sample_float.onnx", "march": "bayes-e",
+        "model_parameters": {"onnx_model": "sample_float.onnx", "march": march,
                              "output_model_file_prefix": prefix, "working_dir": "model_output"},
         "input_parameters": inputs,
         "calibration_parameters": {"cal_data_dir": "calibration_data_rgb", "cal_data_type": "uint8",
                                    "calibration_type": "default"},
-        "compiler_parameters": {"compile_mode": "latency", "optimize_level": "O3"},
+        "compiler_parameters": {"compile_mode": "latency", "optimize_level": "O2" if j6 else "O3"},
     }
     path = os.path.join(directory, f"{prefix}_config.yaml")
     with open(path, "w") as f:

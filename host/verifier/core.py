@@ -35,6 +35,7 @@ from bpuemu.common.numerics import dequantize
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.security import TlsConfig
 from bpuemu.board.backends import Backend, LocalBackend, Platform, local_platform, open_backend
+from bpuemu.board.runtime import FOLLOW_MODEL
 from bpuemu.host.clients.ssh_options import SshOptions
 from bpuemu.host.verifier.inputs import load_inputs, random_inputs
 from bpuemu.host.verifier.report import NodeDivergence, PairResult, VerifyReport, pair_body, pair_header
@@ -239,7 +240,7 @@ def verify(options: VerifyOptions, echo: Optional[Echo] = None,
             sides.append(side)
         if options.run_sim:
             t0 = time.perf_counter()
-            with LocalBackend([options.bin_model]) as sim:
+            with LocalBackend([options.bin_model], march=FOLLOW_MODEL) as sim:   # the x86 simulator of its march
                 sides.append(run_bin(sim, SIM, model.name, inputs, options.dump_all, (time.perf_counter() - t0) * 1e3))
             echo(f"INFO {SIM} infer: {sides[-1].info.description}: {sides[-1].info.infer_ms:.3f} ms")
         for label, backend, setup_ms in opened:

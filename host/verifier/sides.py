@@ -41,7 +41,8 @@ class QuantiGraph:
     def __init__(self, path: str):
         from bpuemu.host.onnxgraph import GraphIndex, load_onnx, name_nodes
 
-        self.model = load_onnx(path, "quantized model")
+        self.model = load_fixed_point(path) if is_bc(path) else load_onnx(path, "quantized model")
+        self.label = "Quantized.bc" if is_bc(path) else "Quanti.onnx"
         name_nodes(self.model)  # unnamed nodes get the names the rest of the toolchain gives them
         self.index = idx = GraphIndex(self.model)
         self.inputs, self.outputs = idx.inputs, idx.outputs
@@ -70,6 +71,26 @@ class QuantiGraph:
         from bpuemu.host.onnxgraph import with_outputs
 
         return with_outputs(self.model, self.activations)
+
+
+def is_bc(path: str) -> bool:
+    """Whether ``path`` is a J6 `.bc` fixed-point model (by its magic bytes)."""
+    from bpuemu.common.container import BC_MAGIC
+
+    try:
+        with open(path, "rb") as f:
+            return f.read(8) == BC_MAGIC
+    except OSError:
+        return False   # load_onnx says what is wrong with it
+
+
+def load_fixed_point(path: str):
+    """The quantized ONNX model a `.bc` carries (hb_compile's *_quantized_model.bc, *_quantized_removed_model.bc)."""
+    import onnx
+
+    from bpuemu.common.container import read_bc
+
+    return onnx.load_from_string(read_bc(path).onnx_bytes)
 
 
 def align_outputs(quanti_outputs: Dict[str, np.ndarray], model: model_pb2.Model) -> Dict[str, np.ndarray]:
@@ -120,7 +141,7 @@ def run_quanti(path: str, graph: QuantiGraph, model: model_pb2.Model, inputs: Se
                             f"the node comparison may not reflect the plain run")
         tensors.update(feed)
     name = graph.model.graph.name or "quanti.onnx"
-    info = SideInfo("Quanti.onnx", os.path.splitext(os.path.basename(path))[0], f"{path} (HB_ONNXRuntime, {name})",
+    info = SideInfo(graph.label, os.path.splitext(os.path.basename(path))[0], f"{path} (HB_ONNXRuntime, {name})",
                     str(local_platform()), setup_ms, infer_ms, infer_ms)
     return SideRun(info, align_outputs(raw, model), tensors, local_platform(), is_quanti=True)
 

@@ -10,7 +10,7 @@ import pytest
 import yaml
 from j6_helpers import cal_dir, conv_model, tiny_project, write_yaml
 
-from bpuemu.board.runtime import Runtime
+from bpuemu.board.runtime import FOLLOW_MODEL, Runtime
 from bpuemu.common.container import read_bc, read_bin
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.config.j6 import load_compile_config
@@ -49,7 +49,7 @@ def test_config_writes_the_j6_artifacts_and_hb_compile_log(tmp_path):
 
 def test_the_hbm_runs_in_the_runtime_like_the_ptq_model(tmp_path):
     art = compile_from_config(tiny_project(tmp_path))
-    rt = Runtime()
+    rt = Runtime(march="nash-e")
     rt.load([art.bin])
     x = np.random.default_rng(3).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
     got = rt.model().run({"data": x})[0]
@@ -237,7 +237,7 @@ def test_removed_nodes_give_a_quantized_removed_model_bc(tmp_path):
 
     assert read_bin(art.bin).model().outputs[0].tensor_type == model_pb2.HB_DNN_TENSOR_TYPE_S8
     # the removed .bc computes the .hbm's int8 output
-    rt = Runtime()
+    rt = Runtime(march=FOLLOW_MODEL)
     rt.load([art.bin])
     x = np.random.default_rng(1).normal(0, 1, (1, 3, 8, 8)).astype(np.float32)
     from bpuemu.host.onnxgraph import open_session

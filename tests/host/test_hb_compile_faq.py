@@ -12,7 +12,7 @@ import pytest
 from j6_helpers import cal_dir, conv_model, write_yaml
 from onnx import TensorProto, helper, numpy_helper
 
-from bpuemu.board.runtime import Runtime
+from bpuemu.board.runtime import FOLLOW_MODEL, Runtime
 from bpuemu.common.container import read_bc, read_bin
 from bpuemu.host.mapper.hb_compile import compile_from_config
 from bpuemu.host.onnxgraph import open_session
@@ -146,7 +146,7 @@ def test_multi_input_order_hbm_by_name_and_tools_address_inputs_by_name(tmp_path
     # by name, the .hbm computes what the ptq model computes
     rng = np.random.default_rng(5)
     feed = {n: rng.normal(0, 1, s).astype(np.float32) for n, s in shapes.items()}
-    rt = Runtime()
+    rt = Runtime(march=FOLLOW_MODEL)
     rt.load([str(out / "three.hbm")])
     got = rt.model().run(feed)[0]
     ref = open_session(onnx.load(str(out / "three_ptq_model.onnx"))).run(None, feed)[0]
@@ -179,7 +179,7 @@ def test_dump_all_layers_output_adds_a_dequantized_output_after_each_conv_and_ma
         return
     assert names[0] == "out" and sorted(names[1:]) == ["conv1_layer_out", "conv2_layer_out", "matmul_layer_out"]
     assert [o.name for o in onnx.load(art.quantized).graph.output] == ["out"]   # the ptq model is not changed
-    rt = Runtime()
+    rt = Runtime(march=FOLLOW_MODEL)
     rt.load([art.bin])
     outs = dict(zip(names, rt.model().run({"data": np.ones((1, 3, 8, 8), np.float32)})))
     assert outs["conv1_layer_out"].shape == (1, 4, 8, 8) and outs["conv1_layer_out"].dtype == np.float32

@@ -151,6 +151,21 @@ def test_j6_conversion_with_hb_compile(host_venv, tmp_path):
     assert "BPU march           : nash-e" in info.stdout + info.stderr
 
 
+def test_j6_walkthrough_from_the_wheel(host_venv, tmp_path):
+    """bpuemu-demo --march nash-e (scripts/demo.sh --march nash-e): hb_compile -> .hbm -> hrt_boardd --march
+    nash-e -> hrt_model_exec model_info/infer/perf -> hbm_infer == HBRuntime -> hb_verifier PASS."""
+    run = host_venv.run("bpuemu-demo", "--march", "nash-e", "--size", "16", "--frame-count", "10",
+                        "--workdir", str(tmp_path / "demo"), cwd=tmp_path, timeout=600)
+    out = run.stdout + run.stderr
+    assert "$ hb_compile --config" in out and (tmp_path / "demo" / "model_output" / "sample_16x16_nv12.hbm").exists()
+    assert "$ hrt_boardd --listen 127.0.0.1:0" in out and "--march nash-e &" in out, out
+    assert "aligned shape: (1,3,16,32,)" in out, out    # nv12 rows padded to nash-e's 32 bytes
+    assert "board vs simulator bit-identical" in out, out
+    assert re.search(r"^nash-e model \(J6E; modeled: .*assumed.*\):$", out, re.M), out
+    assert "prob: hbm_infer (board) vs HBRuntime (host) bit-identical" in out, out
+    assert "Quantized.bc VS Arm" in out and "hb_verifier: all 3 comparison(s) PASSED" in out, out
+
+
 def test_board_and_verifier_from_the_wheel(host_venv, project, daemon_in, tmp_path):
     daemon = daemon_in(host_venv)
     board = daemon.target
