@@ -1,30 +1,75 @@
-"""Server interceptors: error translation (once, for every method) and token auth.
+"""Server interceptors: error translation (once, for every method), token auth, request limits.
 
 A BpuEmuError raised anywhere below a servicer method becomes the gRPC status
 its class names, with its message (and hint) as details. Anything else is a
 bug: it is logged with its traceback and reported as INTERNAL with a short
-message that says so, and the daemon keeps serving.
+message that says so, and the daemon keeps serving. What goes back to a caller
+never holds the board's absolute paths (``without_paths``).
+
+Authenticate before parsing: a call without the board's token is refused by a
+handler that reads no request message (a request-streaming one that never
+iterates), so an unauthenticated request costs the daemon its metadata and no
+more; the refusal is logged with the peer (``AuthFailures``) and counted in
+the metrics.
+
+Requests of the calls that pass are read by the ErrorInterceptor itself (each
+method served as request-streaming): the request must come within
+``request_deadline_s`` (a caller that never sends it holds a worker thread no
+longer), and is parsed only when its parse takes at most a bounded multiple of
+its size (bpuemu.common.wire.parse_bounded). Health watches, which gRPC serves
+without a worker thread (``experimental_non_blocking``), pass untouched.
 """
+import functools
 import hmac
 import logging
+import threading
 import time
+from typing import Optional
 
 import grpc
+from google.protobuf import descriptor_pool, message_factory
 
-from bpuemu.common.errors import BpuEmuError
-from bpuemu.common.wire import TOKEN_METADATA_KEY
+from bpuemu.common.errors import BpuEmuError, InvalidInput, without_paths
+from bpuemu.common.wire import TOKEN_METADATA_KEY, MessageTooLarge, parse_bounded
 
 log = logging.getLogger("bpuemu.board.daemon")
+
+#: Seconds between two log lines about failed authentications (the ones in between are counted in the next).
+AUTH_LOG_EVERY_S = 1.0
+
+
+class AuthFailures:
+    """Failed authentications, on every transport: counted in the metrics and logged with the peer, at most one
+    line per AUTH_LOG_EVERY_S (a flood of refusals does not fill the log)."""
+
+    def __init__(self, metrics=None):
+        self.metrics = metrics
+        self._lock = threading.Lock()
+        self._last = -AUTH_LOG_EVERY_S
+        self._unlogged = 0
+
+    def refused(self, transport: str, peer: str, what: str, reason: str) -> None:
+        if self.metrics is not None:
+            self.metrics.auth_failure(transport)
+        with self._lock:
+            now = time.monotonic()
+            if now - self._last < AUTH_LOG_EVERY_S:
+                self._unlogged += 1
+                return
+            self._last, unlogged, self._unlogged = now, self._unlogged, 0
+        log.warning("authentication failed: %s from %s (%s, %s)%s", what[:80], peer[:80], transport, reason,
+                    f"; {unlogged} more refused since the last such line" if unlogged else "")
 
 
 def _abort(context, exc: BaseException, method: str):
     if isinstance(exc, BpuEmuError):
         log.info("%s: %s: %s", method, exc.grpc_status, exc.message)
-        context.abort(getattr(grpc.StatusCode, exc.grpc_status), str(exc))
+        context.abort(getattr(grpc.StatusCode, exc.grpc_status), without_paths(str(exc)))
     log.exception("%s failed unexpectedly", method)
     context.abort(
         grpc.StatusCode.INTERNAL,
-        f"internal error in {method}: {type(exc).__name__}: {exc} (a bpuemu bug; the daemon log has the traceback)",
+        without_paths(f"internal error in {method}: {type(exc).__name__}: {exc} "
+                      "(a bpuemu bug; the daemon log has the traceback)"),
     )
 
 
@@ -55,6 +100,8 @@ def _wrap_stream(behavior, method):
 def _rewrap(handler, wrap_unary, wrap_stream, method):
     if handler is None:
         return None
+    if _non_blocking(handler):  # a health watch: served without a worker thread, nothing to translate
+        return handler
     kw = dict(request_deserializer=handler.request_deserializer, response_serializer=handler.response_serializer)
     if handler.unary_unary:
         return grpc.unary_unary_rpc_method_handler(wrap_unary(handler.unary_unary, method), **kw)
@@ -67,10 +114,110 @@ def _rewrap(handler, wrap_unary, wrap_stream, method):
     return handler
 
 
+def _non_blocking(handler) -> bool:
+    behavior = handler.unary_unary or handler.unary_stream or handler.stream_unary or handler.stream_stream
+    return bool(getattr(behavior, "experimental_non_blocking", False))
+
+
+class _Expiry:
+    """Ends calls whose request has not come in time: one thread for all of them, started with the first."""
+
+    TICK_S = 0.25
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._calls = {}  # key -> (deadline, context, message)
+        self._next = 0
+        self._thread: Optional[threading.Thread] = None
+
+    def watch(self, context, seconds: float, message: str) -> int:
+        with self._lock:
+            self._next += 1
+            self._calls[self._next] = (time.monotonic() + seconds, context, message)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name="hrt_boardd-expiry", daemon=True)
+                self._thread.start()
+            return self._next
+
+    def done(self, key: int) -> None:
+        with self._lock:
+            self._calls.pop(key, None)
+
+    def _run(self) -> None:
+        while True:
+            time.sleep(self.TICK_S)
+            now = time.monotonic()
+            with self._lock:
+                expired = [self._calls.pop(k) for k, (deadline, _, _) in list(self._calls.items()) if deadline <= now]
+            for _, context, message in expired:
+                log.info("%s", message)
+                context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED)
+                try:  # the status and message the caller sees (gRPC's core call; context.cancel() says CANCELLED)
+                    context._rpc_event.call.cancel(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], message)
+                except (AttributeError, TypeError):
+                    context.cancel()
+
+
+@functools.lru_cache(maxsize=None)
+def _request_class(method: str):
+    """The request message class of a method path ("/pkg.Service/Method"), or None when the pool lacks it."""
+    try:
+        found = descriptor_pool.Default().FindMethodByName(method.lstrip("/").replace("/", "."))
+    except KeyError:
+        return None
+    return message_factory.GetMessageClass(found.input_type)
+
+
 class ErrorInterceptor(grpc.ServerInterceptor):
+    """Translate errors (see the module docstring), and read each unary request within ``request_deadline_s``,
+    parsed with a bound on what the parse may take."""
+
+    def __init__(self, request_deadline_s: float = 60.0):
+        self.request_deadline_s = request_deadline_s
+        self._expiry = _Expiry()
+
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method.rsplit("/", 1)[-1]
-        return _rewrap(continuation(handler_call_details), _wrap_unary, _wrap_stream, method)
+        handler = continuation(handler_call_details)
+        if handler is not None and not handler.request_streaming and not _non_blocking(handler):
+            handler = self._read_request_here(handler, handler_call_details.method, method)
+        return _rewrap(handler, _wrap_unary, _wrap_stream, method)
+
+    def _read_request_here(self, handler, path: str, method: str):
+        """The unary-request ``handler`` served as request-streaming: its one request read by the call's code,
+        within the deadline and the parse bound."""
+        cls = _request_class(path)
+        deserialize = handler.request_deserializer
+        if cls is not None:
+            def deserialize(data, cls=cls):
+                try:
+                    return parse_bounded(cls, data)
+                except MessageTooLarge as exc:
+                    return exc  # raised in the call, where it becomes INVALID_ARGUMENT
+        behavior = handler.unary_unary or handler.unary_stream
+        expiry, seconds = self._expiry, self.request_deadline_s
+
+        def one_request(request_iterator, context):
+            key = expiry.watch(context, seconds, f"{method}: no request within {seconds:.0f} s (hrt_boardd "
+                                                 f"--call-deadline); call ended")
+            try:
+                request = next(request_iterator, None)
+            finally:
+                expiry.done(key)
+            if isinstance(request, MessageTooLarge):
+                raise InvalidInput(f"{method} request refused: {request}; its size does not allow that")
+            if request is None:
+                raise InvalidInput(f"{method} call sent no request message")
+            return request
+
+        kw = dict(request_deserializer=deserialize, response_serializer=handler.response_serializer)
+        if handler.unary_unary:
+            return grpc.stream_unary_rpc_method_handler(lambda it, ctx: behavior(one_request(it, ctx), ctx), **kw)
+
+        def streamed(request_iterator, context):
+            return behavior(one_request(request_iterator, context), context)
+
+        return grpc.stream_stream_rpc_method_handler(streamed, **kw)
 
 
 class TokenInterceptor(grpc.ServerInterceptor):
@@ -78,8 +225,9 @@ class TokenInterceptor(grpc.ServerInterceptor):
 
     OPEN_PREFIXES = ("/grpc.health.v1.Health/",)
 
-    def __init__(self, token: str):
+    def __init__(self, token: str, failures: Optional[AuthFailures] = None):
         self._token = ("Bearer " + token).encode()
+        self._failures = failures or AuthFailures()
 
     def intercept_service(self, continuation, handler_call_details):
         if handler_call_details.method.startswith(self.OPEN_PREFIXES):
@@ -88,16 +236,18 @@ class TokenInterceptor(grpc.ServerInterceptor):
         if hmac.compare_digest(sent.encode(), self._token):
             return continuation(handler_call_details)
         reason = "no token" if not sent else "wrong token"
-        handler = continuation(handler_call_details)
+        method, failures = handler_call_details.method, self._failures
 
-        def deny(request, context):
+        def deny(request_iterator, context):  # never iterated: the request is neither read nor parsed
+            failures.refused("grpc", context.peer(), method, reason)
             context.abort(grpc.StatusCode.UNAUTHENTICATED, f"{reason}: this board requires its token (pass --token-file)")
 
-        def deny_stream(request, context):
-            deny(request, context)
-            yield  # pragma: no cover
+        return grpc.stream_unary_rpc_method_handler(deny, request_deserializer=_unparsed)
 
-        return _rewrap(handler, lambda b, m: deny, lambda b, m: deny_stream, handler_call_details.method)
+
+def _unparsed(data: bytes) -> None:
+    """The request deserializer of a refused call: nothing is parsed (nor, as it is never asked for, read)."""
+    return None
 
 
 class MetricsInterceptor(grpc.ServerInterceptor):
