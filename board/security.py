@@ -22,8 +22,8 @@ built, and so the files are checked, when a server or client is made: a
 missing file, a key that does not match its certificate or a file that is not
 PEM is one clear error at start, not a failed handshake later.
 
-Warnings (logged, the work goes on): a token file or private key that users
-other than its owner may read (``warn_if_others_can_read``), and a client that
+Warnings (logged, the work goes on): the board's token file or private key
+readable by users other than its owner (``warn_if_others_can_read``), and a client that
 sends its token without TLS to a board beyond loopback (``warn_if_token_in_clear``).
 """
 import ipaddress
@@ -61,9 +61,7 @@ def read_token_file(path: str) -> str:
     """The token in ``path`` (surrounding whitespace stripped); "" when path is empty."""
     if not path:
         return ""
-    token = check_token(read_text_file(path, "token file").strip(), path)
-    warn_if_others_can_read(path, "token file")
-    return token
+    return check_token(read_text_file(path, "token file").strip(), path)
 
 
 def warn_if_others_can_read(path: str, what: str) -> None:
@@ -202,8 +200,6 @@ class TlsConfig:
             raise InvalidInput(f"cannot read a TLS file: {exc.filename or self.ca_file}: {exc.strerror}") from None
         except ssl.SSLError as exc:
             raise _ssl_error(f"--tls-ca {self.ca_file or '(system)'} / --tls-cert {self.cert_file or '-'}", exc) from None
-        if self.key_file:
-            warn_if_others_can_read(self.key_file, "--tls-key")
         return ctx
 
     def grpc_credentials(self):

@@ -289,7 +289,7 @@ class FrameWriter:
 
 
 #: A frame over the reader's kept buffer is read into a buffer that grows as its bytes come, by this at least.
-GROW_BYTES = 1 << 20
+GROW_BYTES = 64 << 10
 
 
 class BudgetExhausted(ValueError):

@@ -38,14 +38,14 @@ from bpuemu.board.security import ServerTls, read_token_file
 @click.option("--max-uploads", default=4, show_default=True, type=click.IntRange(1), help="Uploads of distinct models in progress at once (more uploads of one model wait for the first).")
 @click.option("--max-data-connections", default=64, show_default=True, type=click.IntRange(1),
               help="Open infer data channel connections.")
-@click.option("--max-store-mb", default=8192, show_default=True, type=click.IntRange(0),
+@click.option("--max-store-mb", default=8192.0, show_default=True, type=click.FloatRange(0),
               help="Total size of the model store; an upload past it removes the least recently used models not "
                    "loaded, or is refused (RESOURCE_EXHAUSTED). 0: no limit.")
 @click.option("--max-loaded-models", default=16, show_default=True, type=click.IntRange(1),
               help="Models loaded at once; loading one more unloads the least recently used.")
-@click.option("--max-concurrent-rpcs", default=16, show_default=True, type=click.IntRange(1),
+@click.option("--max-concurrent-rpcs", default=64, show_default=True, type=click.IntRange(1),
               help="gRPC calls served at once, each on a worker thread of its own; one more is refused at once "
-                   "(RESOURCE_EXHAUSTED). One connection may have 8 of them.")
+                   "(RESOURCE_EXHAUSTED). Calls whose request is late may take a quarter of them per client host.")
 @click.option("--max-data-buffer-mb", default=1024, show_default=True, type=click.IntRange(1),
               help="Memory the data channel's large requests (over 16 MiB) of all connections may hold at once; "
                    "a request past it is refused (RESOURCE_EXHAUSTED).")
@@ -97,10 +97,15 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
     limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs, max_uploads=max_uploads,
                     max_data_connections=max_data_connections, max_frame_count=max_frame_count,
                     max_perf_time_minutes=max_perf_time, call_deadline_s=call_deadline,
-                    max_store_bytes=max_store_mb << 20, max_loaded_models=max_loaded_models,
+                    max_store_bytes=int(max_store_mb * (1 << 20)), max_loaded_models=max_loaded_models,
                     max_data_buffer_bytes=max_data_buffer_mb << 20)
     tls = ServerTls(tls_cert, tls_key, tls_ca) if tls_cert else None
-    server = BoardServer(listen, model_dir, limits, token=read_token_file(token_file) or None,
+    token = read_token_file(token_file) or None
+    if token_file:
+        from bpuemu.board.security import warn_if_others_can_read
+
+        warn_if_others_can_read(token_file, "--token-file")
+    server = BoardServer(listen, model_dir, limits, token=token,
                          data_channel=data_channel, tls=tls, metrics_listen=metrics_listen,
                          follow_client_cpu=follow_client_cpu, max_workers=max_concurrent_rpcs,
                          connection_idle_s=connection_idle, connection_age_s=connection_age).start()

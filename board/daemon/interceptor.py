@@ -15,12 +15,16 @@ the metrics.
 Requests of the calls that pass are read by the ErrorInterceptor itself (each
 method served as request-streaming): the request must come within
 ``request_deadline_s`` (a caller that never sends it holds a worker thread no
-longer), and is parsed only when its parse takes at most a bounded multiple of
-its size (bpuemu.common.wire.parse_bounded). Health watches, which gRPC serves
+longer), one peer (an IP address; every loopback address counts as one) may
+have at most ``stalled_per_peer`` calls whose request is over ``STALL_S`` late
+(the newest of more are ended with RESOURCE_EXHAUSTED), and a request is parsed
+only when its parse takes at most a bounded multiple of its size
+(bpuemu.common.wire.parse_bounded). Health watches, which gRPC serves
 without a worker thread (``experimental_non_blocking``), pass untouched.
 """
 import functools
 import hmac
+import ipaddress
 import logging
 import threading
 import time
@@ -119,23 +123,50 @@ def _non_blocking(handler) -> bool:
     return bool(getattr(behavior, "experimental_non_blocking", False))
 
 
-class _Expiry:
-    """Ends calls whose request has not come in time: one thread for all of them, started with the first."""
+#: Seconds after which a call still waiting for its request counts as stalled (against its peer's share).
+STALL_S = 0.5
+
+
+def peer_host(peer: str) -> str:
+    """The host of a gRPC peer ("ipv4:10.0.0.2:5000" -> "10.0.0.2"); every loopback address is "loopback"."""
+    kind, _, rest = peer.partition(":")
+    host = rest.rsplit(":", 1)[0].strip("[]") if kind in ("ipv4", "ipv6") else peer
+    try:
+        return "loopback" if ipaddress.ip_address(host).is_loopback else host
+    except ValueError:
+        return host
+
+
+def _end_call(context, code: grpc.StatusCode, message: str) -> None:
+    """End a call from outside its thread: the caller gets ``code`` and ``message``."""
+    log.info("%s", message)
+    context.set_code(code)  # what the metrics count
+    try:  # the status and message the caller sees (gRPC's core call; context.cancel() would say CANCELLED)
+        context._rpc_event.call.cancel(code.value[0], message)
+    except (AttributeError, TypeError):
+        context.cancel()
+
+
+class _Waits:
+    """Calls waiting for their request: ended past their deadline, and beyond their peer's share of stalled
+    ones. One thread for all of them, started with the first."""
 
     TICK_S = 0.25
 
-    def __init__(self):
+    def __init__(self, stalled_per_peer: int):
+        self.stalled_per_peer = stalled_per_peer
         self._lock = threading.Lock()
-        self._calls = {}  # key -> (deadline, context, message)
+        self._calls = {}  # key -> (since, deadline, peer, context, message)
         self._next = 0
         self._thread: Optional[threading.Thread] = None
 
     def watch(self, context, seconds: float, message: str) -> int:
+        now = time.monotonic()
         with self._lock:
             self._next += 1
-            self._calls[self._next] = (time.monotonic() + seconds, context, message)
+            self._calls[self._next] = (now, now + seconds, peer_host(context.peer()), context, message)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="hrt_boardd-expiry", daemon=True)
+                self._thread = threading.Thread(target=self._run, name="hrt_boardd-waits", daemon=True)
                 self._thread.start()
             return self._next
 
@@ -146,16 +177,26 @@ class _Expiry:
     def _run(self) -> None:
         while True:
             time.sleep(self.TICK_S)
-            now = time.monotonic()
-            with self._lock:
-                expired = [self._calls.pop(k) for k, (deadline, _, _) in list(self._calls.items()) if deadline <= now]
-            for _, context, message in expired:
-                log.info("%s", message)
-                context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED)
-                try:  # the status and message the caller sees (gRPC's core call; context.cancel() says CANCELLED)
-                    context._rpc_event.call.cancel(grpc.StatusCode.DEADLINE_EXCEEDED.value[0], message)
-                except (AttributeError, TypeError):
-                    context.cancel()
+            for context, code, message in self._due(time.monotonic()):
+                _end_call(context, code, message)
+
+    def _due(self, now: float) -> list:
+        """(context, status, message) of the calls to end now, taken off the watch."""
+        due, stalled = [], {}
+        with self._lock:
+            for key, (since, deadline, peer, context, message) in sorted(self._calls.items()):
+                if deadline <= now:
+                    due.append((key, context, grpc.StatusCode.DEADLINE_EXCEEDED, message))
+                elif since + STALL_S <= now:
+                    stalled.setdefault(peer, []).append((key, context))
+            for peer, calls in stalled.items():
+                for key, context in calls[self.stalled_per_peer:]:  # the newest beyond the share
+                    due.append((key, context, grpc.StatusCode.RESOURCE_EXHAUSTED,
+                                f"board is busy: {len(calls)} calls from {peer} wait for their request; "
+                                f"at most {self.stalled_per_peer} may"))
+            for key, *_ in due:
+                del self._calls[key]
+        return [d[1:] for d in due]
 
 
 @functools.lru_cache(maxsize=None)
@@ -172,9 +213,9 @@ class ErrorInterceptor(grpc.ServerInterceptor):
     """Translate errors (see the module docstring), and read each unary request within ``request_deadline_s``,
     parsed with a bound on what the parse may take."""
 
-    def __init__(self, request_deadline_s: float = 60.0):
+    def __init__(self, request_deadline_s: float = 60.0, stalled_per_peer: int = 16):
         self.request_deadline_s = request_deadline_s
-        self._expiry = _Expiry()
+        self._expiry = _Waits(stalled_per_peer)
 
     def intercept_service(self, continuation, handler_call_details):
         method = handler_call_details.method.rsplit("/", 1)[-1]

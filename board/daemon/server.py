@@ -13,10 +13,10 @@ Metrics: ``metrics_listen="HOST:PORT"`` also serves Prometheus metrics there
 
 Workers. At most ``max_workers`` calls run at once (gRPC's
 maximum_concurrent_rpcs, each with a worker thread of its own: none waits in a
-queue); one more is refused at once with RESOURCE_EXHAUSTED. One connection may
-carry at most ``PER_CONNECTION_CALLS`` of them (HTTP/2 max_concurrent_streams:
-a client's further calls wait on its side), a call's request must come within
---call-deadline (bpuemu.board.daemon.interceptor), a connection without calls is
+queue); one more is refused at once with RESOURCE_EXHAUSTED. A call's request
+must come within --call-deadline, and one peer may hold at most a quarter of
+the workers with calls whose request is late (bpuemu.board.daemon.interceptor):
+an idle client cannot take them all. A connection without calls is
 closed after ``connection_idle_s`` and any connection is asked to go after
 ``connection_age_s`` (its calls then have the longest a call may take to end).
 Health watches hold no worker.
@@ -47,15 +47,12 @@ from bpuemu.board.security import ServerTls
 
 log = logging.getLogger("bpuemu.board.daemon")
 SERVICE_NAME = board_pb2.DESCRIPTOR.services_by_name["Board"].full_name
-#: Calls one connection may have running at once (HTTP/2 max_concurrent_streams).
-PER_CONNECTION_CALLS = 8
 
 
 def connection_options(limits: Limits, connection_idle_s: float, connection_age_s: float) -> list:
     """gRPC server options bounding what one connection holds: its concurrent calls, its idle time, its age."""
     longest_call_s = limits.max_perf_time_minutes * 60 + limits.transfer_s(0)
     return [
-        ("grpc.max_concurrent_streams", PER_CONNECTION_CALLS),
         ("grpc.max_connection_idle_ms", int(connection_idle_s * 1000)),
         ("grpc.max_connection_age_ms", int(connection_age_s * 1000)),
         ("grpc.max_connection_age_grace_ms", int(longest_call_s * 1000)),
@@ -81,7 +78,7 @@ class BoardServer:
         model_dir: str,
         limits: Optional[Limits] = None,
         token: Optional[str] = None,
-        max_workers: int = 16,
+        max_workers: int = 64,
         intra_op_threads: int = 1,
         data_channel: bool = True,
         tls: Optional[ServerTls] = None,
@@ -120,7 +117,7 @@ class BoardServer:
         interceptors = [MetricsInterceptor(self.metrics)] if self.metrics else []
         if token:
             interceptors.append(TokenInterceptor(token, failures))
-        interceptors.append(ErrorInterceptor(self.state.limits.call_deadline_s))
+        interceptors.append(ErrorInterceptor(self.state.limits.call_deadline_s, stalled_per_peer=max(1, max_workers // 4)))
         self._server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=max_workers, thread_name_prefix="hrt_boardd"),
             interceptors=interceptors,

@@ -21,7 +21,7 @@ published (``check_pieces``), and the runtime checks again at load.
 
 The store's total size is bounded (``max_store_bytes``, hrt_boardd
 --max-store-mb): an upload that would pass it first removes the models used
-least recently (by the .bin's mtime, set at each load) that are not loaded
+least recently (by the .bin's access time, set at each load) that are not loaded
 now, and is refused with RESOURCE_EXHAUSTED when that is not enough
 (``_reserve_room``). Uploads in progress count with their announced size.
 
@@ -44,6 +44,7 @@ import os
 import re
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
@@ -297,16 +298,18 @@ class ModelStore:
         """The stored models, least recently used (loaded or stored) first."""
         def used(model: StoredModel) -> float:
             try:
-                return os.stat(self.path(model.sha256)).st_mtime
+                return os.stat(self.path(model.sha256)).st_atime
             except OSError:
                 return 0.0
 
         return sorted(self.list(), key=used)
 
     def touch(self, sha: str) -> None:
-        """Mark a model as just used (its .bin's mtime): the last the quota removes."""
+        """Mark a model as just used (its .bin's access time; the file itself is never rewritten): the last the
+        quota removes."""
         try:
-            os.utime(self.path(sha))
+            stat = os.stat(self.path(sha))
+            os.utime(self.path(sha), ns=(time.time_ns(), stat.st_mtime_ns))
         except OSError:
             pass
 
