@@ -326,8 +326,10 @@ class FrameReader:
 
     ``payload`` returns a view of the kept buffer, valid until the next read of this
     reader, for frames of up to ``keep_bytes``; a larger frame gets a buffer of its own,
-    which its caller may keep (views of it live on). The kept buffer grows to the
-    largest frame it holds.
+    which its caller may keep (views of it live on), grown as its bytes come. The kept
+    buffer grows to the largest frame it holds. With a ``budget`` (ByteBudget) both
+    take their memory from it (BudgetExhausted when it is spent): the kept buffer's
+    growth until ``close``, a large frame's until ``release``.
 
     On a plain socket of this system (not TLS) the deadlines are kept by the kernel
     (KernelClock): the socket is put in blocking mode and each read is one recv.
@@ -338,6 +340,7 @@ class FrameReader:
         self.keep_bytes = keep_bytes
         self.budget = budget  # what frames over keep_bytes take their memory from (None: no bound in total)
         self.held = 0  # bytes of the budget the last large frame holds
+        self.kept_held = 0  # bytes of the budget the kept buffer's growth holds (until close)
         self._clock = KernelClock.of(sock, "SO_RCVTIMEO")
         self._buf = bytearray(size)
         self._view = memoryview(self._buf)
@@ -404,6 +407,18 @@ class FrameReader:
             self.budget.give(self.held)
             self.held = 0
 
+    def _hold_kept(self, n: int) -> None:
+        if self.budget is not None and n > 0:
+            self.budget.take(n)
+            self.kept_held += n
+
+    def close(self) -> None:
+        """Give back all this reader holds of the budget (its connection is done)."""
+        self.release()
+        if self.kept_held:
+            self.budget.give(self.kept_held)
+            self.kept_held = 0
+
     def frame(self, deadline: Optional[float] = None, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple:
         """(kind, payload) of the next frame, as read_frame."""
         kind, length = self.header(deadline)
@@ -421,7 +436,9 @@ class FrameReader:
         if self._start + n > len(self._buf):  # make room: the unread bytes to the front, of a larger buffer if need be
             unread = bytes(self._view[self._start:self._end])
             if DATA_HEADER.size + n > len(self._buf):  # room for the next such frame, header and all, from the front
-                self._buf = bytearray(max(DATA_HEADER.size + n, 2 * len(self._buf)))
+                size = max(DATA_HEADER.size + n, 2 * len(self._buf))
+                self._hold_kept(size - len(self._buf))
+                self._buf = bytearray(size)
                 self._view = memoryview(self._buf)
                 self._payload = None
             self._buf[:have] = unread

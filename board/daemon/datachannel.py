@@ -218,7 +218,7 @@ class _Handler(socketserver.BaseRequestHandler):
                 server.count_call("CANCELLED", call_started)
         finally:
             if reader is not None:
-                reader.release()
+                reader.close()
             if sock is not self.request:
                 sock.close()
 

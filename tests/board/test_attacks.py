@@ -14,6 +14,7 @@ prints the figures).
 """
 import logging
 import os
+import select
 import shutil
 import socket
 import time
@@ -195,6 +196,19 @@ def test_data_channel_frames_take_memory_as_their_bytes_come_within_a_total(toke
             honest = honest_infers(d, rgb_model, TOKEN)
         assert honest.failed == 0, honest.errors
         assert announced.growth < 32 * MIB, f"grew {announced.growth / MIB:.0f} MiB for announced frames"
+        readable, _, _ = select.select(socks, [], [], 0.2)
+        assert not readable, "an announced frame's connection was answered (refused) before its bytes came"
+        for s in socks:
+            s.close()
+        socks.clear()
+        # Frames up to 16 MiB go to each connection's kept buffer, made at the header: the budget bounds those too.
+        with PeakMemory(d.proc.pid) as kept:
+            for _ in range(8):  # 8 x 15 MiB: 120 MiB without a total
+                s = data_hello(port, TOKEN)
+                socks.append(s)
+                announce_infer(s, 15 * MIB)
+            time.sleep(1.0)
+        assert kept.growth < 64 * MIB + 16 * MIB, f"grew {kept.growth / MIB:.0f} MiB"
         for s in socks:
             s.close()
         socks.clear()
