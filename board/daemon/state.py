@@ -149,14 +149,14 @@ class BoardState:
         return evicted
 
     def load_as_job(self, sha: str, kind: str = "load") -> LoadedFile:
-        """``load``, counted against the job slots when the model is not loaded yet (a load builds sessions:
-        as much work and memory as a job), and as queued while it loads."""
+        """``load``, in a job slot of its own when the model is not loaded yet (a load builds sessions: as much
+        work and memory as a job), counted as a call of ``kind`` queued while it loads."""
         with self._lock:
             loaded = self._loaded.get(sha) if type(sha) is str else None
         if loaded is not None:
             loaded.last_used = time.monotonic()
             return loaded
-        with self.job(kind), self.queued(kind):
+        with self.job("load"), self.queued(kind):
             return self.load(sha)
 
     def unload(self, sha: str) -> bool:
@@ -254,8 +254,9 @@ class BoardState:
 
     @property
     def jobs_running(self) -> int:
+        """Infer and perf calls running (loads take slots too, but are not jobs a caller ran)."""
         with self._lock:
-            return sum(self._running.values())
+            return sum(n for kind, n in self._running.items() if kind != "load")
 
     def jobs_by_kind(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         """(running, queued) calls by kind ("infer", "perf")."""
