@@ -490,6 +490,9 @@ GROWTH_FACTOR = 2
 GROWTH_SLACK_BYTES = 1 << 20
 #: What one element costs a parse, by its kind (estimates of protobuf's in-memory sizes, rounded up).
 _MESSAGE_COST, _SCALAR_COST, _STRING_COST = 64, 8, 32
+#: The most a wire byte can cost (an empty sub-message: 2 bytes): a message this many times smaller than its
+#: bound needs no walk.
+_WORST_COST_PER_BYTE = _MESSAGE_COST // 2
 _HIGH_BYTES = bytes(range(0x80, 0x100))
 
 
@@ -566,5 +569,7 @@ def parse_bounded(message_class, data: bytes):
     """``message_class.FromString(data)``, refused (MessageTooLarge) when its parse would take more than
     GROWTH_FACTOR x len(data) + GROWTH_SLACK_BYTES."""
     view = memoryview(data)
-    parse_cost(message_class.DESCRIPTOR, view, GROWTH_FACTOR * len(view) + GROWTH_SLACK_BYTES)
+    budget = GROWTH_FACTOR * len(view) + GROWTH_SLACK_BYTES
+    if _WORST_COST_PER_BYTE * len(view) + _MESSAGE_COST > budget:
+        parse_cost(message_class.DESCRIPTOR, view, budget)
     return message_class.FromString(data)

@@ -32,6 +32,7 @@ from typing import Optional
 
 import grpc
 from google.protobuf import descriptor_pool, message_factory
+from google.protobuf.message import DecodeError
 
 from bpuemu.common.errors import BpuEmuError, InvalidInput, without_paths
 from bpuemu.common.wire import TOKEN_METADATA_KEY, MessageTooLarge, parse_bounded
@@ -156,7 +157,7 @@ class _Waits:
     def __init__(self, stalled_per_peer: int):
         self.stalled_per_peer = stalled_per_peer
         self._lock = threading.Lock()
-        self._calls = {}  # key -> (since, deadline, peer, context, message)
+        self._calls = {}  # key -> (since, deadline, context, message)
         self._next = 0
         self._thread: Optional[threading.Thread] = None
 
@@ -164,7 +165,7 @@ class _Waits:
         now = time.monotonic()
         with self._lock:
             self._next += 1
-            self._calls[self._next] = (now, now + seconds, peer_host(context.peer()), context, message)
+            self._calls[self._next] = (now, now + seconds, context, message)
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name="hrt_boardd-waits", daemon=True)
                 self._thread.start()
@@ -184,11 +185,11 @@ class _Waits:
         """(context, status, message) of the calls to end now, taken off the watch."""
         due, stalled = [], {}
         with self._lock:
-            for key, (since, deadline, peer, context, message) in sorted(self._calls.items()):
+            for key, (since, deadline, context, message) in sorted(self._calls.items()):
                 if deadline <= now:
                     due.append((key, context, grpc.StatusCode.DEADLINE_EXCEEDED, message))
                 elif since + STALL_S <= now:
-                    stalled.setdefault(peer, []).append((key, context))
+                    stalled.setdefault(peer_host(context.peer()), []).append((key, context))
             for peer, calls in stalled.items():
                 for key, context in calls[self.stalled_per_peer:]:  # the newest beyond the share
                     due.append((key, context, grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -233,7 +234,7 @@ class ErrorInterceptor(grpc.ServerInterceptor):
             def deserialize(data, cls=cls):
                 try:
                     return parse_bounded(cls, data)
-                except MessageTooLarge as exc:
+                except (MessageTooLarge, DecodeError) as exc:
                     return exc  # raised in the call, where it becomes INVALID_ARGUMENT
         behavior = handler.unary_unary or handler.unary_stream
         expiry, seconds = self._expiry, self.request_deadline_s
@@ -247,6 +248,8 @@ class ErrorInterceptor(grpc.ServerInterceptor):
                 expiry.done(key)
             if isinstance(request, MessageTooLarge):
                 raise InvalidInput(f"{method} request refused: {request}; its size does not allow that")
+            if isinstance(request, DecodeError):
+                raise InvalidInput(f"{method} request refused: not a valid {cls.DESCRIPTOR.name} ({request})")
             if request is None:
                 raise InvalidInput(f"{method} call sent no request message")
             return request

@@ -3,6 +3,7 @@ of its size; bombs (packed varints, empty sub-messages) are refused before proto
 import time
 
 import pytest
+from google.protobuf.message import DecodeError
 
 from bpuemu.common.proto import board_pb2
 from bpuemu.common.wire import GROWTH_FACTOR, GROWTH_SLACK_BYTES, MessageTooLarge, parse_bounded, parse_cost
@@ -47,5 +48,7 @@ def test_the_estimate_stays_within_the_bound_for_honest_messages():
 
 @pytest.mark.parametrize("junk", [b"\x0a\xff\xff\xff\xff\x0f", b"\x80" * 11, b"\x0b"])
 def test_bytes_that_are_not_a_message_are_refused(junk):
-    with pytest.raises(MessageTooLarge):
+    with pytest.raises(DecodeError):  # small: protobuf's own parse refuses them
         parse_bounded(board_pb2.InferRequest, junk)
+    with pytest.raises(MessageTooLarge):  # walked (as a large message is): the walk refuses them
+        parse_cost(board_pb2.InferRequest.DESCRIPTOR, memoryview(junk), float("inf"))
