@@ -565,11 +565,17 @@ def parse_cost(descriptor, data, budget: float) -> float:
     return cost
 
 
-def parse_bounded(message_class, data: bytes):
-    """``message_class.FromString(data)``, refused (MessageTooLarge) when its parse would take more than
-    GROWTH_FACTOR x len(data) + GROWTH_SLACK_BYTES."""
+def check_parse_bound(message_class, data) -> None:
+    """MessageTooLarge when parsing ``data`` as ``message_class`` would take more than GROWTH_FACTOR x its size
+    + GROWTH_SLACK_BYTES (a message too small to get there is not walked)."""
     view = memoryview(data)
     budget = GROWTH_FACTOR * len(view) + GROWTH_SLACK_BYTES
     if _WORST_COST_PER_BYTE * len(view) + _MESSAGE_COST > budget:
         parse_cost(message_class.DESCRIPTOR, view, budget)
+
+
+def parse_bounded(message_class, data: bytes):
+    """``message_class.FromString(data)``, refused (MessageTooLarge) when its parse would take more than
+    GROWTH_FACTOR x len(data) + GROWTH_SLACK_BYTES."""
+    check_parse_bound(message_class, data)
     return message_class.FromString(data)

@@ -27,7 +27,7 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from bpuemu.board.client import BoardClient
 from bpuemu.common.errors import InvalidInput, InvalidModelFile, ResourceExhausted, without_paths
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
-from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, TOKEN_METADATA_KEY, pack_frame, read_frame
+from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, INFER, TOKEN_METADATA_KEY, pack_frame, read_frame
 
 from attacks import (
     MIB, PeakMemory, StalledCalls, announce_infer, data_hello, external_data_bin, honest_infers, own_channel,
@@ -110,6 +110,24 @@ def test_a_request_whose_parse_would_grow_past_its_bound_is_refused(token_daemon
     # The request's own bytes (gRPC holds them once, and they are sliced once): never the 256 MiB of a parse.
     assert peak.growth < 128 * MIB, f"the daemon grew {peak.growth / MIB:.0f} MiB"
     assert "request refused" in d.log()
+    honest = honest_infers(d, rgb_model, TOKEN)
+    assert honest.failed == 0, honest.errors
+
+
+def test_a_data_channel_request_whose_parse_would_grow_past_its_bound_is_refused(token_daemon, rgb_model):
+    d = token_daemon()
+    port = d.client(TOKEN).info.data_port
+    bomb = varint_bomb(32 * MIB)
+    s = data_hello(port, TOKEN, timeout=60)
+    try:
+        with PeakMemory(d.proc.pid) as peak:
+            s.sendall(pack_frame(INFER, bomb))
+            kind, payload = read_frame(s)
+        assert kind == ERROR and bytes(payload).startswith(b"INVALID_ARGUMENT"), bytes(payload[:200])
+    finally:
+        s.close()
+    # The frame's bytes as they came (32 MiB, in a buffer grown by doubling): never the 256 MiB of a parse.
+    assert peak.growth < 128 * MIB, f"the daemon grew {peak.growth / MIB:.0f} MiB"
     honest = honest_infers(d, rgb_model, TOKEN)
     assert honest.failed == 0, honest.errors
 
