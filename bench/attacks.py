@@ -11,11 +11,14 @@ default; ``--python`` runs another checkout's daemon side by side) and runs, one
                    then load a copy planted in the store
 2. unauth-bomb   : an Infer of --bomb-mib MiB whose tensor shape is that many packed varints, without the token
    auth-bomb     : the same with the token (parsed, it would be 8 bytes per varint)
+   data-bomb     : the same on the data channel, with the token
 3. stalled-calls : 16 calls that never send their request over 2 connections, and 16 Health.Watch streams
 4. announced     : --announced data channel connections each announcing a 256 MiB frame and sending nothing
    sent          : 4 data channel frames of 40 MiB with 30 MiB of each sent and held (--max-data-buffer-mb 64)
 
-For each: the daemon's resident memory before, its peak during the attack (/proc/PID/status VmHWM, reset
+The limits are the tests' (tests/board/test_attacks.py): a bomb with the token may cost 4x its size (the copies
+gRPC makes of a message it receives; the parse that would take 8x is refused), a data channel frame what its
+bytes take as they come, within --max-data-buffer-mb. For each: the daemon's resident memory before, its peak during the attack (/proc/PID/status VmHWM, reset
 through /proc/PID/clear_refs first), the growth against the limit, how the attack ended, and whether three
 honest infers (checked against the local runtime) were served during it. The figures go in the results
 document with the command, date, commit and machine.
@@ -38,6 +41,7 @@ from attacks import (  # noqa: E402
     raw_infer, sha_of, varint_bomb,
 )
 from boardd_harness import Daemon, clean_env  # noqa: E402
+from bpuemu.common.wire import INFER, pack_frame, read_frame  # noqa: E402
 
 TOKEN = "bench-token-for-the-attacks-0123456789"
 
@@ -104,13 +108,22 @@ def bombs(python, work, sample, bomb_mib):
     d = start(python, os.path.join(work, "d2"), "--token-file", token_file)
     try:
         bomb = varint_bomb(bomb_mib * MIB)
-        for name, token, limit in (("unauth-bomb", None, 16), ("auth-bomb", TOKEN, 2 * bomb_mib + 1 + bomb_mib)):
+        for name, token, limit in (("unauth-bomb", None, 16), ("auth-bomb", TOKEN, 4 * bomb_mib)):
             with own_channel(d.target) as channel:
                 raw_infer(channel, b"", token)
                 with PeakMemory(d.proc.pid) as peak:
                     code = raw_infer(channel, bomb, token)
                 honest = honest_infers(d, sample, TOKEN)
             row(name, peak, limit, code.name, honest)
+        s = data_hello(d.client(TOKEN).info.data_port, TOKEN, timeout=60)
+        try:
+            with PeakMemory(d.proc.pid) as peak:
+                s.sendall(pack_frame(INFER, bomb))
+                kind, payload = read_frame(s)
+        finally:
+            s.close()
+        honest = honest_infers(d, sample, TOKEN)
+        row("data-bomb", peak, 4 * bomb_mib, bytes(payload).split(b"\n")[0].decode(), honest)
     finally:
         d.stop()
 
