@@ -73,7 +73,7 @@ from bpuemu.board.messages import (
 )
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
-from bpuemu.board.security import TlsConfig, client_token
+from bpuemu.board.security import TlsConfig, client_token, warn_if_token_in_clear
 
 
 @dataclass
@@ -303,6 +303,7 @@ class BoardClient:
         self.deadlines = deadlines or Deadlines()
         self.tls = tls
         self._metadata = ((TOKEN_METADATA_KEY, f"Bearer {token}"),) if token else ()
+        warn_if_token_in_clear([_parse_address(t)[0] for t in targets], token, tls)
         if tls is not None:
             # With several addresses gRPC has no single host name to check: use the first board's host.
             options += tls.channel_options(default_name=host if len(targets) > 1 else "")

@@ -17,7 +17,7 @@ from bpuemu.common.version import API_VERSION, FORMAT_MAJOR, FORMAT_MINOR, RUNTI
 from bpuemu.common.tensor import (
     WIRE_NAMES, byte_view, from_wire, message_fields, tensor_data, tensor_head, tensor_layout, to_wire, varint,
 )
-from bpuemu.common.wire import DATA_HEADER, DATA_MAGIC, INFER, REPLY
+from bpuemu.common.wire import DATA_HEADER, DATA_MAGIC, INFER, REPLY, check_parse_bound
 from bpuemu.board.runtime.infer import InferResult
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 
@@ -235,8 +235,10 @@ class _StreamParser:
     parsed before (of the same size) everywhere but in its tensors' data (and, for a reply, its latencies)
     reuses that parse."""
 
-    def __init__(self, message_class, tensor_fields: Sequence[int], packed_doubles: Optional[int] = None):
+    def __init__(self, message_class, tensor_fields: Sequence[int], packed_doubles: Optional[int] = None,
+                 bounded: bool = False):
         self.message_class, self.tensor_fields, self.packed_doubles = message_class, tensor_fields, packed_doubles
+        self.bounded = bounded  # a message of a new form is parsed only within bpuemu.common.wire's parse bound
         # size -> (the message without its tensors, [(start, stop, bytes)] around the varying parts,
         #          [(field, name, start, dtype, shape)] of the tensors,
         #          (start, their struct) of the doubles or None)
@@ -273,6 +275,8 @@ class _StreamParser:
         return self._full(view, copy)
 
     def _full(self, view: memoryview, copy: bool) -> tuple:
+        if self.bounded:  # MessageTooLarge (a ValueError) for a request whose parse would grow past its bound
+            check_parse_bound(self.message_class, view)
         message, where = tensor_layout(view, self.message_class, self.tensor_fields)
         tensors, layout, varying = [], [], []
         for field in self.tensor_fields:
@@ -306,7 +310,7 @@ class RequestParser:
     buffer, the request's other fields parsed once for a stream of calls of one form."""
 
     def __init__(self):
-        self._parser = _StreamParser(board_pb2.InferRequest, (_INPUTS,))
+        self._parser = _StreamParser(board_pb2.InferRequest, (_INPUTS,), bounded=True)
         self._call: Optional[tuple] = None  # (request, its tensors, call) of the last call
 
     def parse(self, buf) -> tuple:

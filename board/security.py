@@ -21,13 +21,24 @@ channel (an ``ssl.SSLContext``, see bpuemu.board.daemon.datachannel). Both are
 built, and so the files are checked, when a server or client is made: a
 missing file, a key that does not match its certificate or a file that is not
 PEM is one clear error at start, not a failed handshake later.
+
+Warnings (logged, the work goes on): the board's token file or private key
+readable by users other than its owner (``warn_if_others_can_read``), and a client that
+sends its token without TLS to a board beyond loopback (``warn_if_token_in_clear``).
 """
+import ipaddress
+import logging
 import os
+import socket
 import ssl
+import stat
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from bpuemu.common.errors import InvalidInput, read_text_file
+
+log = logging.getLogger("bpuemu.board.security")
+_warned = set()  # the files already warned about in this process
 
 #: Environment variables clients read when no flag is given.
 TOKEN_ENV = "BPUEMU_TOKEN"
@@ -51,6 +62,40 @@ def read_token_file(path: str) -> str:
     if not path:
         return ""
     return check_token(read_text_file(path, "token file").strip(), path)
+
+
+def warn_if_others_can_read(path: str, what: str) -> None:
+    """Log a warning (once per file) when ``path`` is readable by its group or by others: a secret in it is not."""
+    try:
+        mode = os.stat(path).st_mode
+    except OSError:
+        return
+    if mode & (stat.S_IRGRP | stat.S_IROTH) and path not in _warned:
+        _warned.add(path)
+        log.warning("%s %s is readable by other users (mode %03o); make it private: chmod 600 %s",
+                    what, path, stat.S_IMODE(mode), path)
+
+
+def _is_loopback_host(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
+    except ValueError:
+        try:
+            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+        except OSError:
+            return False
+
+
+def warn_if_token_in_clear(hosts: List[str], token: Optional[str], tls: Optional["TlsConfig"]) -> None:
+    """Log a warning when a client sends ``token`` without TLS to a board beyond loopback."""
+    if not token or tls is not None:
+        return
+    remote = [h for h in hosts if not _is_loopback_host(h)]
+    if remote:
+        log.warning("sending the board token in clear (no TLS) to %s: anyone on the network path can read it; "
+                    "use --tls-ca (the board's hrt_boardd --tls-cert/--tls-key)", ", ".join(remote[:4]))
 
 
 def client_token(token_file: str = "") -> Optional[str]:
@@ -95,6 +140,7 @@ class ServerTls:
             raise InvalidInput(f"cannot read --tls-cert/--tls-key: {exc.filename or self.cert_file}: {exc.strerror}") from None
         except ssl.SSLError as exc:
             raise _ssl_error(f"--tls-cert {self.cert_file} with --tls-key {self.key_file}", exc) from None
+        warn_if_others_can_read(self.key_file, "--tls-key")
         if self.client_ca_file:
             try:
                 ctx.load_verify_locations(cafile=self.client_ca_file)

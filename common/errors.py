@@ -9,6 +9,7 @@ them exactly once: the daemon's interceptor to a gRPC status
 (``grpc_status`` names the code), the board client back from the status, and
 the CLI edge to one printed line and a non-zero exit.
 """
+import re
 
 
 class BpuEmuError(Exception):
@@ -118,3 +119,12 @@ def read_text_file(path: str, what: str) -> str:
         raise InvalidInput(f"cannot read {what} {path}: {exc.strerror}") from None
     except UnicodeDecodeError:
         raise InvalidInput(f"{what} {path} is not text") from None
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.~:/])(?:/[^\s'\"/:,;()\[\]]+)+/")
+
+
+def without_paths(text: str) -> str:
+    """``text`` with the directories of every absolute path taken out (``/srv/models/ab.bin`` -> ``ab.bin``):
+    what a server tells its callers must not map its file system."""
+    return _ABSOLUTE_PATH.sub("", text)

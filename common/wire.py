@@ -6,6 +6,7 @@ import ipaddress
 import socket
 import ssl
 import sys
+import threading
 import time
 from typing import Optional
 
@@ -287,6 +288,34 @@ class FrameWriter:
             _send_rest(self.sock, parts, sent, deadline, clock)
 
 
+#: A frame over the reader's kept buffer is read into a buffer that grows as its bytes come, by this at least.
+GROW_BYTES = 64 << 10
+
+
+class BudgetExhausted(ValueError):
+    """A frame's bytes would pass what all connections' frames may hold at once (ByteBudget)."""
+
+
+class ByteBudget:
+    """Bytes that the frames of all connections may hold at once: each large frame takes its share as its bytes
+    come, and gives it back once done with."""
+
+    def __init__(self, limit: int):
+        self.limit = limit
+        self.held = 0
+        self._lock = threading.Lock()
+
+    def take(self, n: int) -> None:
+        with self._lock:
+            if self.held + n > self.limit:
+                raise BudgetExhausted(f"frames of all connections already hold {self.held} of {self.limit} bytes")
+            self.held += n
+
+    def give(self, n: int) -> None:
+        with self._lock:
+            self.held -= n
+
+
 class FrameReader:
     """The frames of one connection, read into a buffer it keeps with as few recv calls as the bytes allow.
 
@@ -297,16 +326,21 @@ class FrameReader:
 
     ``payload`` returns a view of the kept buffer, valid until the next read of this
     reader, for frames of up to ``keep_bytes``; a larger frame gets a buffer of its own,
-    which its caller may keep (views of it live on). The kept buffer grows to the
-    largest frame it holds.
+    which its caller may keep (views of it live on), grown as its bytes come. The kept
+    buffer grows to the largest frame it holds. With a ``budget`` (ByteBudget) both
+    take their memory from it (BudgetExhausted when it is spent): the kept buffer's
+    growth until ``close``, a large frame's until ``release``.
 
     On a plain socket of this system (not TLS) the deadlines are kept by the kernel
     (KernelClock): the socket is put in blocking mode and each read is one recv.
     """
 
-    def __init__(self, sock, keep_bytes: int, size: int = 1 << 16):
+    def __init__(self, sock, keep_bytes: int, size: int = 1 << 16, budget: Optional[ByteBudget] = None):
         self.sock = sock
         self.keep_bytes = keep_bytes
+        self.budget = budget  # what frames over keep_bytes take their memory from (None: no bound in total)
+        self.held = 0  # bytes of the budget the last large frame holds
+        self.kept_held = 0  # bytes of the budget the kept buffer's growth holds (until close)
         self._clock = KernelClock.of(sock, "SO_RCVTIMEO")
         self._buf = bytearray(size)
         self._view = memoryview(self._buf)
@@ -325,15 +359,7 @@ class FrameReader:
     def payload(self, length: int, deadline: Optional[float] = None) -> memoryview:
         """The next ``length`` bytes (the payload whose header was just read)."""
         if length > self.keep_bytes:
-            own = bytearray(length)
-            take = min(self._end - self._start, length)
-            own[:take] = self._view[self._start:self._start + take]
-            self._start += take
-            if self._clock is None:
-                read_into(self.sock, memoryview(own)[take:], deadline)
-            else:
-                self._clock.read_into(memoryview(own)[take:], deadline)
-            return memoryview(own)
+            return self._payload_as_it_comes(length, deadline)
         self._fill(length, deadline)
         start = self._start
         self._start += length
@@ -344,6 +370,54 @@ class FrameReader:
             view = self._payload = self._view[start:start + length]
             self._payload_at = start
         return view
+
+    def _payload_as_it_comes(self, length: int, deadline: Optional[float]) -> memoryview:
+        """A frame over keep_bytes, in a buffer of its own that grows (doubling, by GROW_BYTES at least) as its
+        bytes come: a header announcing a large frame costs nothing until its bytes do. Each growth is taken
+        from the budget (BudgetExhausted when it has not enough) and held until ``release``."""
+        self.release()
+        take = min(self._end - self._start, length)
+        own = bytearray(self._view[self._start:self._start + take])
+        self._start += take
+        self._hold(take)
+        while len(own) < length:
+            got = len(own)
+            room = min(length, max(2 * got, GROW_BYTES)) - got
+            self._hold(room)
+            own.extend(bytes(room))  # calloc'd zeros: pages become resident as the bytes are written
+            with memoryview(own) as view:
+                part = view[got:]
+                try:
+                    if self._clock is None:
+                        read_into(self.sock, part, deadline)
+                    else:
+                        self._clock.read_into(part, deadline)
+                finally:
+                    part.release()
+        return memoryview(own)
+
+    def _hold(self, n: int) -> None:
+        if self.budget is not None and n:
+            self.budget.take(n)
+            self.held += n
+
+    def release(self) -> None:
+        """Give back to the budget what the last large frame held (its caller is done with it)."""
+        if self.held:
+            self.budget.give(self.held)
+            self.held = 0
+
+    def _hold_kept(self, n: int) -> None:
+        if self.budget is not None and n > 0:
+            self.budget.take(n)
+            self.kept_held += n
+
+    def close(self) -> None:
+        """Give back all this reader holds of the budget (its connection is done)."""
+        self.release()
+        if self.kept_held:
+            self.budget.give(self.kept_held)
+            self.kept_held = 0
 
     def frame(self, deadline: Optional[float] = None, max_bytes: int = MAX_MESSAGE_BYTES) -> tuple:
         """(kind, payload) of the next frame, as read_frame."""
@@ -362,7 +436,9 @@ class FrameReader:
         if self._start + n > len(self._buf):  # make room: the unread bytes to the front, of a larger buffer if need be
             unread = bytes(self._view[self._start:self._end])
             if DATA_HEADER.size + n > len(self._buf):  # room for the next such frame, header and all, from the front
-                self._buf = bytearray(max(DATA_HEADER.size + n, 2 * len(self._buf)))
+                size = max(DATA_HEADER.size + n, 2 * len(self._buf))
+                self._hold_kept(size - len(self._buf))
+                self._buf = bytearray(size)
                 self._view = memoryview(self._buf)
                 self._payload = None
             self._buf[:have] = unread
@@ -397,3 +473,109 @@ def read_frame(sock, max_bytes: int = MAX_MESSAGE_BYTES, deadline: Optional[floa
     if length > max_bytes:
         raise ValueError(f"frame of {length} bytes is over the {max_bytes}-byte limit")
     return kind, read_exact(sock, length, deadline) if length else b""
+
+
+# --- bounded parsing ------------------------------------------------------
+#
+# A message's wire size does not bound what its parse takes: a packed repeated
+# int64 keeps 8 bytes for each 1-byte varint, and an empty sub-message of 2
+# bytes becomes an object of dozens. ``parse_bounded`` walks the wire format
+# (by the message's descriptor; bytes and strings are skipped by their length,
+# packed varints counted in C) and refuses a message whose parse would take more
+# than ``GROWTH_FACTOR`` times its size plus ``GROWTH_SLACK_BYTES``, before
+# protobuf allocates anything for it.
+
+#: What parsing a message may take, at most, in bytes: GROWTH_FACTOR x its size + GROWTH_SLACK_BYTES.
+GROWTH_FACTOR = 2
+GROWTH_SLACK_BYTES = 1 << 20
+#: What one element costs a parse, by its kind (estimates of protobuf's in-memory sizes, rounded up).
+_MESSAGE_COST, _SCALAR_COST, _STRING_COST = 64, 8, 32
+#: The most a wire byte can cost (an empty sub-message: 2 bytes): a message this many times smaller than its
+#: bound needs no walk.
+_WORST_COST_PER_BYTE = _MESSAGE_COST // 2
+_HIGH_BYTES = bytes(range(0x80, 0x100))
+
+
+class MessageTooLarge(ValueError):
+    """A message whose parse would take more memory than its size allows."""
+
+
+def _varint(data, pos: int) -> tuple:
+    result = shift = 0
+    while True:
+        if pos >= len(data):
+            raise MessageTooLarge("truncated varint")
+        b = data[pos]
+        pos += 1
+        result |= (b & 0x7F) << shift
+        if b < 0x80:
+            return result, pos
+        shift += 7
+        if shift > 63:
+            raise MessageTooLarge("varint over 64 bits")
+
+
+def _varint_count(span, most: float) -> int:
+    """The varints in ``span`` (bytes below 0x80 end one), counted a MiB at a time up to just past ``most``."""
+    count = 0
+    for start in range(0, len(span), 1 << 20):
+        count += len(bytes(span[start:start + (1 << 20)]).translate(None, _HIGH_BYTES))
+        if count > most:
+            break
+    return count
+
+
+def parse_cost(descriptor, data, budget: float) -> float:
+    """What parsing ``data`` as the message ``descriptor`` would take (an estimate, in bytes); MessageTooLarge
+    once it passes ``budget``, or for bytes that are not a message."""
+    from google.protobuf.descriptor import FieldDescriptor as F
+
+    cost, pos, end = _MESSAGE_COST, 0, len(data)
+    fields = descriptor.fields_by_number
+    while pos < end:
+        key, pos = _varint(data, pos)
+        number, wire = key >> 3, key & 7
+        field = fields.get(number)
+        if wire == 0:
+            _, pos = _varint(data, pos)
+            cost += _SCALAR_COST
+        elif wire == 1 or wire == 5:
+            pos += 8 if wire == 1 else 4
+            cost += _SCALAR_COST
+        elif wire == 2:
+            length, pos = _varint(data, pos)
+            if pos + length > end:
+                raise MessageTooLarge("truncated length-delimited field")
+            span = data[pos:pos + length]
+            pos += length
+            if field is not None and field.type == F.TYPE_MESSAGE:
+                cost += parse_cost(field.message_type, span, budget - cost)
+            elif field is not None and field.type not in (F.TYPE_STRING, F.TYPE_BYTES):  # a packed repeated scalar
+                per = 4 if field.type in (F.TYPE_FLOAT, F.TYPE_FIXED32, F.TYPE_SFIXED32) else 8
+                count = length // per if field.type in (F.TYPE_FLOAT, F.TYPE_FIXED32, F.TYPE_SFIXED32, F.TYPE_DOUBLE,
+                                                        F.TYPE_FIXED64, F.TYPE_SFIXED64) \
+                    else _varint_count(span, (budget - cost) / 8)
+                cost += count * 8
+            else:
+                cost += _STRING_COST + length
+        else:  # groups (3, 4) and reserved wire types: not in any message of this project
+            raise MessageTooLarge(f"unsupported wire type {wire}")
+        if cost > budget:
+            raise MessageTooLarge(f"parsing it would take over {int(budget)} bytes")
+    return cost
+
+
+def check_parse_bound(message_class, data) -> None:
+    """MessageTooLarge when parsing ``data`` as ``message_class`` would take more than GROWTH_FACTOR x its size
+    + GROWTH_SLACK_BYTES (a message too small to get there is not walked)."""
+    view = memoryview(data)
+    budget = GROWTH_FACTOR * len(view) + GROWTH_SLACK_BYTES
+    if _WORST_COST_PER_BYTE * len(view) + _MESSAGE_COST > budget:
+        parse_cost(message_class.DESCRIPTOR, view, budget)
+
+
+def parse_bounded(message_class, data: bytes):
+    """``message_class.FromString(data)``, refused (MessageTooLarge) when its parse would take more than
+    GROWTH_FACTOR x len(data) + GROWTH_SLACK_BYTES."""
+    check_parse_bound(message_class, data)
+    return message_class.FromString(data)

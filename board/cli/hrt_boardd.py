@@ -8,6 +8,7 @@
 Beyond loopback a token is required and TLS recommended; --tls-ca turns on
 mTLS (clients must present a certificate signed by that CA).
 """
+import os
 import signal
 import threading
 
@@ -37,6 +38,21 @@ from bpuemu.board.security import ServerTls, read_token_file
 @click.option("--max-uploads", default=4, show_default=True, type=click.IntRange(1), help="Uploads of distinct models in progress at once (more uploads of one model wait for the first).")
 @click.option("--max-data-connections", default=64, show_default=True, type=click.IntRange(1),
               help="Open infer data channel connections.")
+@click.option("--max-store-mb", default=8192.0, show_default=True, type=click.FloatRange(0),
+              help="Total size of the model store; an upload past it removes the least recently used models not "
+                   "loaded, or is refused (RESOURCE_EXHAUSTED). 0: no limit.")
+@click.option("--max-loaded-models", default=16, show_default=True, type=click.IntRange(1),
+              help="Models loaded at once; loading one more unloads the least recently used.")
+@click.option("--max-concurrent-rpcs", default=64, show_default=True, type=click.IntRange(1),
+              help="gRPC calls served at once, each on a worker thread of its own; one more is refused at once "
+                   "(RESOURCE_EXHAUSTED). Calls whose request is late may take a quarter of them per client host.")
+@click.option("--max-data-buffer-mb", default=1024, show_default=True, type=click.IntRange(1),
+              help="Memory the data channel's large requests (over 16 MiB) of all connections may hold at once; "
+                   "a request past it is refused (RESOURCE_EXHAUSTED).")
+@click.option("--connection-idle", default=600.0, show_default=True, type=click.FloatRange(1),
+              help="Seconds a gRPC connection without calls stays open.")
+@click.option("--connection-age", default=3600.0, show_default=True, type=click.FloatRange(1),
+              help="Seconds after which a gRPC connection is asked to go (clients reconnect; its calls may end).")
 @click.option("--max-frame-count", default=1_000_000, show_default=True, type=click.IntRange(1), help="Cap on frame_count.")
 @click.option("--max-perf-time", default=60.0, show_default=True, type=click.FloatRange(0, min_open=True), help="Cap on perf_time (minutes).")
 @click.option("--data-channel/--no-data-channel", default=True, show_default=True,
@@ -64,7 +80,8 @@ from bpuemu.board.security import ServerTls, read_token_file
                    "for another march is refused at load.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))
 def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, max_jobs, max_uploads,
-        max_data_connections, max_frame_count, max_perf_time, data_channel, follow_client_cpu, call_deadline,
+        max_data_connections, max_store_mb, max_loaded_models, max_concurrent_rpcs, max_data_buffer_mb,
+        connection_idle, connection_age, max_frame_count, max_perf_time, data_channel, follow_client_cpu, call_deadline,
         metrics_listen, port_file, timing, march, log_level):
     """Serve the emulated BPU runtime (hrt_boardd)."""
     from bpuemu.board.daemon.memory import limit_arenas
@@ -85,15 +102,26 @@ def cli(listen, model_dir, token_file, tls_cert, tls_key, tls_ca, max_model_mb, 
     march = set_board_march(march)   # an unknown name: one line from the CLI edge
     limits = Limits(max_model_bytes=max_model_mb << 20, max_jobs=max_jobs, max_uploads=max_uploads,
                     max_data_connections=max_data_connections, max_frame_count=max_frame_count,
-                    max_perf_time_minutes=max_perf_time, call_deadline_s=call_deadline)
+                    max_perf_time_minutes=max_perf_time, call_deadline_s=call_deadline,
+                    max_store_bytes=int(max_store_mb * (1 << 20)), max_loaded_models=max_loaded_models,
+                    max_data_buffer_bytes=max_data_buffer_mb << 20)
     tls = ServerTls(tls_cert, tls_key, tls_ca) if tls_cert else None
-    server = BoardServer(listen, model_dir, limits, token=read_token_file(token_file) or None,
+    token = read_token_file(token_file) or None
+    if token_file:
+        from bpuemu.board.security import warn_if_others_can_read
+
+        warn_if_others_can_read(token_file, "--token-file")
+    server = BoardServer(listen, model_dir, limits, token=token,
                          data_channel=data_channel, tls=tls, metrics_listen=metrics_listen,
-                         follow_client_cpu=follow_client_cpu).start()
+                         follow_client_cpu=follow_client_cpu, max_workers=max_concurrent_rpcs,
+                         connection_idle_s=connection_idle, connection_age_s=connection_age).start()
     if port_file:  # whole or not there: a script polling for it never reads half a port number
         from bpuemu.common.atomic import write_file_atomic
 
         write_file_atomic(port_file, f"{server.port}\n")
+    # Every file the daemon was given is read: from here on it works in a directory that holds nothing but its
+    # store, so nothing that resolves a relative path (onnxruntime's external data) finds another file there.
+    os.chdir(server.state.store.root)
     click.echo(f"hrt_boardd {__version__} ({march}) listening on {server.target}", err=True)
     stopping = threading.Event()
 

@@ -20,8 +20,17 @@ Security. The channel follows the daemon's gRPC transport:
   before anything else is read; a connection that has not finished its TLS
   handshake and HELLO within ``HELLO_TIMEOUT_S`` (in all, however slowly the
   bytes come) is closed.
-- At most ``Limits.max_data_connections`` connections are open at once; one
-  more gets a RESOURCE_EXHAUSTED ERROR frame and is closed.
+- A connection takes one of ``Limits.max_data_connections`` slots only once
+  its HELLO carried the token; one more then gets a RESOURCE_EXHAUSTED ERROR
+  frame and is closed. Until its HELLO it holds one of ``PENDING_CONNECTIONS``
+  (more are closed at once), so idle sockets cannot take the slots real
+  clients need. A refused HELLO is logged with the peer and counted in the
+  metrics.
+- A request's bytes are read as they come (bpuemu.common.wire.FrameReader):
+  a header announcing a large frame costs nothing until its bytes do, one
+  frame holds at most MAX_MESSAGE_BYTES, and the frames of all connections at
+  most ``Limits.max_data_buffer_bytes`` (past it the call gets
+  RESOURCE_EXHAUSTED and its connection is closed).
 
 The client's CPU. A client on this machine (a loopback peer) calling alone
 keeps its thread on one CPU while it waits (bpuemu.board.client); the
@@ -60,9 +69,10 @@ from typing import Optional
 
 from google.protobuf.message import DecodeError
 
-from bpuemu.common.errors import BpuEmuError, InvalidInput
+from bpuemu.common.errors import BpuEmuError, InvalidInput, without_paths
 from bpuemu.common.wire import (
-    ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, FrameReader, FrameWriter, is_loopback_address, pack_frame,
+    ERROR, HELLO, HELLO_OK, INFER, MAX_MESSAGE_BYTES, BudgetExhausted, ByteBudget, FrameReader, FrameWriter,
+    is_loopback_address, pack_frame,
 )
 from bpuemu.board.messages import ReplyFrames, RequestParser
 from bpuemu.board.daemon.state import BoardState
@@ -75,6 +85,8 @@ HELLO_TIMEOUT_S = 10.0
 IDLE_TIMEOUT_S = 600.0
 #: Requests up to this size are read into one buffer the connection keeps (no allocation per call).
 REUSED_BUFFER_BYTES = 16 << 20
+#: Connections accepted whose HELLO has not come yet; one more is closed at once.
+PENDING_CONNECTIONS = 64
 #: getsockopt(SOL_SOCKET, SO_INCOMING_CPU): the CPU that received the socket's last packet (Linux >= 3.19).
 SO_INCOMING_CPU = getattr(socket, "SO_INCOMING_CPU", 49)
 
@@ -107,42 +119,54 @@ class _Handler(socketserver.BaseRequestHandler):
         sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         sock.settimeout(self.server.hello_timeout_s)  # the TLS handshake's (and a refusal's) deadline, in all
         server = self.server
-        if not server.connections.acquire(blocking=False):
-            self._refuse(sock, b"RESOURCE_EXHAUSTED\nboard is busy: %d data channel connections already open"
-                         % server.state.limits.max_data_connections)
+        if not server.pending.acquire(blocking=False):  # closed at once: no TLS handshake, no thread kept
+            log.debug("data channel from %s closed: %d connections already wait for their HELLO",
+                      self.client_address[0], PENDING_CONNECTIONS)
             return
-        with server.count_lock:
-            server.open_connections += 1
+        self.slot = False  # a connection slot, taken once its HELLO passed (_admit)
         try:
             self._serve(sock)
         finally:
-            with server.count_lock:
-                server.open_connections -= 1
-            server.connections.release()
+            if self.slot:
+                with server.count_lock:
+                    server.open_connections -= 1
+                server.connections.release()
+            else:
+                server.pending.release()
 
-    def _refuse(self, sock, message: bytes) -> None:
-        try:
-            if self.server.ssl_context is not None:
-                sock = self.server.ssl_context.wrap_socket(sock, server_side=True)
-            sock.sendall(pack_frame(ERROR, message))
-        except (OSError, ValueError) as exc:
-            log.debug("data channel from %s refused: %s", self.client_address, exc)
+    def _admit(self) -> bool:
+        """After an authenticated HELLO: trade the pending slot for a connection slot (False: none free)."""
+        server = self.server
+        if not server.connections.acquire(blocking=False):
+            return False
+        server.pending.release()
+        self.slot = True
+        with server.count_lock:
+            server.open_connections += 1
+        return True
 
     def _serve(self, sock):
         server = self.server
         deadline = time.monotonic() + server.hello_timeout_s
         call_started = None  # a call's start, while one is under way
+        reader = None
         try:
             if server.ssl_context is not None:
                 sock = server.ssl_context.wrap_socket(sock, server_side=True)
             # Requests up to REUSED_BUFFER_BYTES are read into one buffer the connection keeps (no allocation
             # per call); the inputs view it until the reply is sent.
-            reader = FrameReader(sock, keep_bytes=REUSED_BUFFER_BYTES, size=4096)
+            reader = FrameReader(sock, keep_bytes=REUSED_BUFFER_BYTES, size=4096, budget=server.buffers)
             writer = FrameWriter(sock)
             kind, token = reader.frame(deadline, max_bytes=4096)
             if kind != HELLO or not hmac.compare_digest(bytes(token), server.token):
+                server.failures.refused("data", self.client_address[0], "data channel HELLO",
+                                        "no HELLO" if kind != HELLO else "wrong token" if token else "no token")
                 writer.send([pack_frame(ERROR, b"UNAUTHENTICATED\nwrong or missing token on the data channel")],
                             deadline)
+                return
+            if not self._admit():
+                writer.send([pack_frame(ERROR, b"RESOURCE_EXHAUSTED\nboard is busy: %d data channel connections "
+                                        b"already open" % server.state.limits.max_data_connections)], deadline)
                 return
             writer.send([pack_frame(HELLO_OK)], deadline)
             requests, replies = RequestParser(), ReplyFrames()  # this connection's stream of calls
@@ -164,10 +188,20 @@ class _Handler(socketserver.BaseRequestHandler):
                     writer.send([pack_frame(ERROR, b"INVALID_ARGUMENT\nonly INFER frames may follow HELLO")],
                                 time.monotonic() + transfer_s(0))
                     return
-                payload = reader.payload(length, time.monotonic() + transfer_s(length))
+                try:
+                    payload = reader.payload(length, time.monotonic() + transfer_s(length))
+                except BudgetExhausted as exc:
+                    reader.release()
+                    log.info("data channel from %s: request of %d bytes refused: %s (--max-data-buffer-mb)",
+                             self.client_address[0], length, exc)
+                    writer.send([pack_frame(ERROR, b"RESOURCE_EXHAUSTED\nboard is busy: its data channel buffers "
+                                            b"are full; retry later")], time.monotonic() + transfer_s(0))
+                    server.count_call("RESOURCE_EXHAUSTED", call_started)
+                    return
                 reply, size, code = infer(requests, replies, payload, is_active)
                 writer.send(reply, time.monotonic() + transfer_s(size))
                 del payload, reply  # nothing views the kept buffer when the next request comes into it
+                reader.release()
                 if server.metrics is not None:
                     server.count_call(code, call_started)
                 call_started = None
@@ -183,6 +217,8 @@ class _Handler(socketserver.BaseRequestHandler):
             if call_started is not None:
                 server.count_call("CANCELLED", call_started)
         finally:
+            if reader is not None:
+                reader.close()
             if sock is not self.request:
                 sock.close()
 
@@ -200,11 +236,12 @@ class _Handler(socketserver.BaseRequestHandler):
             result = self.server.state.infer(sha, model_name, inputs, frame_count, dump_intermediate, is_active)
             return (*replies.parts(result), "OK")
         except BpuEmuError as exc:
-            frame = pack_frame(ERROR, f"{exc.grpc_status}\n{exc}".encode())
+            frame = pack_frame(ERROR, f"{exc.grpc_status}\n{without_paths(str(exc))}".encode())
             return [frame], len(frame), exc.grpc_status
         except Exception as exc:  # a bug: report it like the gRPC interceptor does
             log.exception("data channel infer failed unexpectedly")
-            frame = pack_frame(ERROR, f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}".encode())
+            frame = pack_frame(ERROR, without_paths(f"INTERNAL\ninternal error in Infer: {type(exc).__name__}: {exc}")
+                               .encode())
             return [frame], len(frame), "INTERNAL"
 
 
@@ -214,7 +251,9 @@ class DataChannelServer(socketserver.ThreadingTCPServer):
 
     def __init__(self, host: str, state: BoardState, token: Optional[str], idle_timeout_s: float = IDLE_TIMEOUT_S,
                  ssl_context: Optional[ssl.SSLContext] = None, hello_timeout_s: float = HELLO_TIMEOUT_S,
-                 metrics=None, follow_client_cpu: bool = True):
+                 metrics=None, follow_client_cpu: bool = True, failures=None):
+        from bpuemu.board.daemon.interceptor import AuthFailures
+
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET
         super().__init__((host, 0), _Handler)
         self.state = state
@@ -223,7 +262,10 @@ class DataChannelServer(socketserver.ThreadingTCPServer):
         self.hello_timeout_s = hello_timeout_s
         self.metrics = metrics  # a bpuemu.board.daemon.metrics.Metrics, or None
         self.ssl_context = ssl_context
-        self.connections = threading.BoundedSemaphore(state.limits.max_data_connections)
+        self.failures = failures or AuthFailures(metrics)
+        self.pending = threading.BoundedSemaphore(PENDING_CONNECTIONS)  # accepted, HELLO not yet passed
+        self.connections = threading.BoundedSemaphore(state.limits.max_data_connections)  # past HELLO
+        self.buffers = ByteBudget(state.limits.max_data_buffer_bytes)
         self.open_connections = 0  # past the limit's check
         self.count_lock = threading.Lock()
         # The daemon's CPUs, when a connection's thread may be placed on its client's (None: never).

@@ -8,9 +8,11 @@
   (OK, RESOURCE_EXHAUSTED, DEADLINE_EXCEEDED, ...);
   ``hrt_boardd_call_errors_total{...}``: those that did not end OK;
   ``hrt_boardd_call_duration_seconds{method,transport}``: their latency (histogram).
+- ``hrt_boardd_auth_failures_total{transport}``: calls and connections refused for a
+  missing or wrong token (grpc, data, metrics), each also logged with its peer.
 - ``hrt_boardd_frames_total{kind}``: frames run by infer and perf calls.
-- ``hrt_boardd_jobs_running{kind}``, ``hrt_boardd_jobs_queued{kind}`` (accepted, still
-  loading their model, not yet in a job slot; the board refuses rather than queues
+- ``hrt_boardd_jobs_running{kind}``, ``hrt_boardd_jobs_queued{kind}`` (loading their
+  model, which takes a job slot too; the board refuses rather than queues
   calls beyond --max-jobs: ``hrt_boardd_jobs_refused_busy_total``), ``hrt_boardd_job_slots``.
 - ``hrt_boardd_uploads_in_flight``, ``hrt_boardd_uploads_waiting`` (for another upload
   of the same model), ``hrt_boardd_upload_bytes_received_total``, ``hrt_boardd_uploads_total``.
@@ -29,7 +31,11 @@ Bearer <token>``, the daemon's --token-file; Prometheus: ``authorization:
 {credentials_file: ...}``), and with --tls-cert/--tls-key the endpoint is HTTPS
 (with --tls-ca, clients must present a certificate: Prometheus ``tls_config``).
 Each scrape must be over within ``SCRAPE_DEADLINE_S`` (whole request, reply
-included) and at most ``MAX_CONNECTIONS`` are served at once.
+included). A connection takes one of ``MAX_CONNECTIONS`` serving slots only
+once its request carried the token: until then it holds one of
+``PENDING_CONNECTIONS`` (more are closed at once), so idle sockets cannot take
+the slots scrapes need. A refused token is logged with the peer and counted
+(``hrt_boardd_auth_failures_total{transport="metrics"}``).
 """
 import hmac
 import logging
@@ -53,8 +59,10 @@ log = logging.getLogger("bpuemu.board.daemon")
 
 #: Seconds one scrape may take, from accepting its connection to the last byte of the reply.
 SCRAPE_DEADLINE_S = 10.0
-#: Scrapes served at once; one more connection is closed at once.
+#: Scrapes served at once, once authenticated; one more gets 503.
 MAX_CONNECTIONS = 8
+#: Connections open before their request is read and authenticated; one more is closed at once.
+PENDING_CONNECTIONS = 64
 #: Latency buckets (seconds): a 1 ms infer to a 10-minute perf job.
 LATENCY_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0,
                    60.0, 300.0, 600.0)
@@ -84,8 +92,14 @@ class Metrics:
                                labels, registry=self.registry)
         self._latency = Histogram("hrt_boardd_call_duration_seconds", "Time from a call's start to its last reply",
                                   ("method", "transport"), buckets=LATENCY_BUCKETS, registry=self.registry)
+        self._auth_failures = Counter("hrt_boardd_auth_failures", "Connections and calls refused for a missing or "
+                                      "wrong token, by transport", ("transport",), registry=self.registry)
         ProcessCollector(registry=self.registry)
         self.registry.register(_StateCollector(state))
+
+    def auth_failure(self, transport: str) -> None:
+        """Count one refusal for a missing or wrong token (transport: grpc, data, metrics)."""
+        self._auth_failures.labels(transport).inc()
 
     def call(self, method: str, transport: str, code: str, seconds: float) -> None:
         """Count one call that ended with ``code`` (a gRPC status name) after ``seconds``."""
@@ -117,7 +131,7 @@ class _StateCollector:
         running, queued = state.jobs_by_kind()
         for name, help_text, values in (
                 ("hrt_boardd_jobs_running", "Infer and perf calls running in a job slot", running),
-                ("hrt_boardd_jobs_queued", "Infer and perf calls accepted, loading their model, not yet in a job slot",
+                ("hrt_boardd_jobs_queued", "Infer and perf calls loading their model (in a job slot of their own)",
                  queued)):
             family = GaugeMetricFamily(name, help_text, labels=("kind",))
             for kind in ("infer", "perf"):
@@ -157,11 +171,19 @@ class _Handler(BaseHTTPRequestHandler):
         if token is not None:
             sent = self.headers.get("Authorization", "").encode()
             if not hmac.compare_digest(sent, b"Bearer " + token):
+                self.server.failures.refused("metrics", self.client_address[0], "GET /metrics",
+                                             "wrong token" if sent else "no token")
                 self._reply(401, b"this board's metrics require its token (Authorization: Bearer ...)\n",
                             {"WWW-Authenticate": "Bearer"})
                 return
-        encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-        self._reply(200, encoder(self.server.metrics.registry), {"Content-Type": content_type})
+        if not self.server.serving.acquire(blocking=False):
+            self._reply(503, b"board is busy: %d scrapes in progress\n" % MAX_CONNECTIONS)
+            return
+        try:
+            encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
+            self._reply(200, encoder(self.server.metrics.registry), {"Content-Type": content_type})
+        finally:
+            self.server.serving.release()
 
     def _reply(self, status: int, body: bytes, headers: Optional[dict] = None) -> None:
         self.send_response(status)
@@ -182,7 +204,9 @@ class MetricsServer(socketserver.ThreadingMixIn, HTTPServer):
     allow_reuse_address = True
 
     def __init__(self, listen: str, metrics: Metrics, token: Optional[str] = None,
-                 ssl_context: Optional[ssl.SSLContext] = None, deadline_s: float = SCRAPE_DEADLINE_S):
+                 ssl_context: Optional[ssl.SSLContext] = None, deadline_s: float = SCRAPE_DEADLINE_S,
+                 failures=None):
+        from bpuemu.board.daemon.interceptor import AuthFailures
         from bpuemu.board.daemon.server import is_loopback
 
         try:
@@ -208,7 +232,9 @@ class MetricsServer(socketserver.ThreadingMixIn, HTTPServer):
         self.ssl_context = ssl_context
         self.deadline_s = deadline_s
         self.host = host
-        self._connections = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        self.failures = failures or AuthFailures(metrics)
+        self._connections = threading.BoundedSemaphore(PENDING_CONNECTIONS)  # open, not yet authenticated
+        self.serving = threading.BoundedSemaphore(MAX_CONNECTIONS)  # authenticated, being answered
         self._thread: Optional[threading.Thread] = None
 
     @property

@@ -80,7 +80,7 @@ class BoardService(board_pb2_grpc.BoardServicer):
             context.cancel()
 
     def LoadModel(self, request, context):
-        loaded = self.state.load(request.sha256)
+        loaded = self.state.load_as_job(request.sha256)
         return board_pb2.LoadModelReply(sha256=request.sha256, model_names=loaded.runtime.model_names)
 
     def UnloadModel(self, request, context):
@@ -94,7 +94,7 @@ class BoardService(board_pb2_grpc.BoardServicer):
         return reply
 
     def GetModelInfo(self, request, context):
-        model = self.state.load(request.sha256).binfile.model(request.model_name)
+        model = self.state.load_as_job(request.sha256).binfile.model(request.model_name)
         return board_pb2.ModelInfoReply(model=model)
 
     def Infer(self, request, context):
@@ -102,11 +102,10 @@ class BoardService(board_pb2_grpc.BoardServicer):
                                             request.dump_intermediate, context.is_active))
 
     def Perf(self, request, context):
-        with self.state.queued("perf"):
-            model = self.state.load(request.sha256).runtime.model(request.model_name)
-            config = perf_config_from_request(request)
-            config.validate(self.state.limits.max_frame_count, self.state.limits.max_perf_time_minutes)
-            inputs = request_inputs(request)  # none: the runtime's seeded random inputs
+        model = self.state.load_as_job(request.sha256, "perf").runtime.model(request.model_name)
+        config = perf_config_from_request(request)
+        config.validate(self.state.limits.max_frame_count, self.state.limits.max_perf_time_minutes)
+        inputs = request_inputs(request)  # none: the runtime's seeded random inputs
         events: "queue.Queue" = queue.Queue()
         outcome = {}
         counted = [0]  # frames already added to the perf_frames count (at each progress tick)

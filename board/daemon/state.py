@@ -44,6 +44,14 @@ class Limits:
     # Seconds a caller has to send a request and take its reply, plus a second per MiB (DEADLINE_EXCEEDED):
     # an upload, an infer on the data channel. Bounds how long a slow or stalled caller holds a thread.
     call_deadline_s: float = 60.0
+    # Bytes of all the models in the store; an upload past it evicts the least recently used models not loaded,
+    # or is refused (RESOURCE_EXHAUSTED). 0: no limit.
+    max_store_bytes: int = 8 << 30
+    # Models loaded at once; loading one more unloads the least recently used.
+    max_loaded_models: int = 16
+    # Bytes the data channel's large requests (over 16 MiB) of all connections may hold at once
+    # (RESOURCE_EXHAUSTED past it); each holds at most bpuemu.common.wire.MAX_MESSAGE_BYTES.
+    max_data_buffer_bytes: int = 1 << 30
 
     def transfer_s(self, nbytes: int) -> float:
         """Seconds a caller has to move ``nbytes`` (a request, a reply, an upload): call_deadline_s plus a second
@@ -82,6 +90,7 @@ class LoadedFile:
         self.binfile = binfile
         self.runtime = runtime
         self.size = size
+        self.last_used = time.monotonic()  # which loaded model goes first past Limits.max_loaded_models
 
 
 class BoardState:
@@ -89,7 +98,8 @@ class BoardState:
         self.limits = limits = limits or Limits()
         self.stats = Stats()
         self.store = ModelStore(model_dir, limits.max_model_bytes, limits.max_uploads,
-                                on_bytes=lambda n: self.stats.add("upload_bytes", n))
+                                on_bytes=lambda n: self.stats.add("upload_bytes", n),
+                                max_store_bytes=limits.max_store_bytes, in_use=self.is_loaded)
         self.intra_op_threads = intra_op_threads
         self._loaded: Dict[str, LoadedFile] = {}
         self._lock = threading.Lock()
@@ -111,16 +121,43 @@ class BoardState:
             with self._lock:
                 loaded = self._loaded.get(sha)
             if loaded is not None:
+                loaded.last_used = time.monotonic()
                 return loaded
         check_sha(sha)
         data = self.store.read(sha)
         binfile = decode_bin(data, source=f"model {sha[:12]}")
         runtime = Runtime(self.intra_op_threads)
         runtime.load([binfile])
+        self.store.touch(sha)  # recently used: the last the store's quota evicts
         with self._lock:
             loaded = self._loaded.setdefault(sha, LoadedFile(binfile, runtime, len(data)))
+            evicted = self._over_loaded_limit(sha)
         log.info("loaded model %s (%s)", sha[:12], ", ".join(runtime.model_names))
+        if evicted:
+            log.info("unloaded model(s) %s: over --max-loaded-models %d", ", ".join(e[:12] for e in evicted),
+                     self.limits.max_loaded_models)
+            memory.trim()
         return loaded
+
+    def _over_loaded_limit(self, keep: str) -> List[str]:
+        """Under self._lock: unload the least recently used models (never ``keep``) past max_loaded_models."""
+        evicted = []
+        while len(self._loaded) > self.limits.max_loaded_models:
+            oldest = min((lf.last_used, sha) for sha, lf in self._loaded.items() if sha != keep)[1]
+            del self._loaded[oldest]  # a call still running it keeps its own reference
+            evicted.append(oldest)
+        return evicted
+
+    def load_as_job(self, sha: str, kind: str = "load") -> LoadedFile:
+        """``load``, in a job slot of its own when the model is not loaded yet (a load builds sessions: as much
+        work and memory as a job), counted as a call of ``kind`` queued while it loads."""
+        with self._lock:
+            loaded = self._loaded.get(sha) if type(sha) is str else None
+        if loaded is not None:
+            loaded.last_used = time.monotonic()
+            return loaded
+        with self.job("load"), self.queued(kind):
+            return self.load(sha)
 
     def unload(self, sha: str) -> bool:
         check_sha(sha)
@@ -154,12 +191,7 @@ class BoardState:
         within the frame limit, counted in GetStats."""
         self.stats.add("infer_calls")
         try:
-            with self._lock:
-                loaded = self._loaded.get(sha) if type(sha) is str else None
-            if loaded is None:  # counted as queued while its model loads
-                with self.queued("infer"):
-                    loaded = self.load(sha)
-            model = loaded.runtime.model(model_name)
+            model = self.load_as_job(sha, "infer").runtime.model(model_name)
             frames = max(1, frame_count)
             if frames > self.limits.max_frame_count:
                 raise InvalidInput(f"frame_count {frames} is over this board's limit of {self.limits.max_frame_count}")
@@ -222,8 +254,9 @@ class BoardState:
 
     @property
     def jobs_running(self) -> int:
+        """Infer and perf calls running (loads take slots too, but are not jobs a caller ran)."""
         with self._lock:
-            return sum(self._running.values())
+            return sum(n for kind, n in self._running.items() if kind != "load")
 
     def jobs_by_kind(self) -> Tuple[Dict[str, int], Dict[str, int]]:
         """(running, queued) calls by kind ("infer", "perf")."""

@@ -15,6 +15,16 @@ stay. The metadata file is published (by rename) before the model, and a
 restart removes what a crash between the two renames left: a ``.json``
 without its ``.bin``.
 
+A model is data: an upload whose ONNX pieces would read a file of the board
+(external data, bpuemu.board.runtime.piece_guard) is refused before it is
+published (``check_pieces``), and the runtime checks again at load.
+
+The store's total size is bounded (``max_store_bytes``, hrt_boardd
+--max-store-mb): an upload that would pass it first removes the models used
+least recently (by the .bin's access time, set at each load) that are not loaded
+now, and is refused with RESOURCE_EXHAUSTED when that is not enough
+(``_reserve_room``). Uploads in progress count with their announced size.
+
 At most ``max_uploads`` uploads run at once (over all callers); one more is
 refused with RESOURCE_EXHAUSTED, so the temporary files never take more than
 max_uploads x max_model_bytes. Uploads of one model share the work: while an
@@ -34,12 +44,14 @@ import os
 import re
 import tempfile
 import threading
+import time
 from dataclasses import dataclass
 from typing import Callable, List, Optional, Tuple
 
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.container import decode_bin
 from bpuemu.common.errors import Cancelled, InvalidInput, InvalidModelFile, NotFound, ResourceExhausted
+from bpuemu.board.runtime.piece_guard import check_piece
 
 log = logging.getLogger("bpuemu.board.daemon")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
@@ -133,8 +145,8 @@ class Upload:
             raise InvalidInput(
                 f"upload corrupt: content SHA-256 {self._hash.hexdigest()[:12]}... does not match the announced {self.sha256[:12]}..."
             )
-        with open(self.tmp_path, "rb") as f:
-            decode_bin(f.read(), source=self.file_name or self.sha256[:12])  # refuse non-models before publishing
+        with open(self.tmp_path, "rb") as f:  # refuse non-models, and models that are not only data, before publishing
+            check_pieces(decode_bin(f.read(), source=self.file_name or self.sha256[:12]))
         with self._disk("describing"):  # the name first: it only shows once the model does
             write_file_atomic(self.store.meta_path(self.sha256), json.dumps({"file_name": self.file_name}))
         os.replace(self.tmp_path, self.store.path(self.sha256))
@@ -150,10 +162,20 @@ class Upload:
                 os.unlink(self.tmp_path)
 
 
+def check_pieces(binfile) -> None:
+    """A model is data: refuse a .bin any of whose pieces would make onnxruntime read a file of the board."""
+    for name, blob in sorted(binfile.blobs.items()):
+        check_piece(blob, f"{binfile.source}: piece '{name[:80]}'")
+
+
 class ModelStore:
     def __init__(self, root: str, max_model_bytes: int = 1 << 30, max_uploads: int = 4,
-                 on_bytes: Callable[[int], None] = lambda n: None):
+                 on_bytes: Callable[[int], None] = lambda n: None, max_store_bytes: int = 0,
+                 in_use: Callable[[str], bool] = lambda sha: False):
         self.root = os.path.abspath(root)
+        self.max_store_bytes = max_store_bytes  # 0: no limit
+        self.in_use = in_use  # a model that must stay (loaded now)
+        self._reserved = {}  # sha -> announced size, of the uploads in progress
         self.on_bytes = on_bytes  # told of every chunk an upload receives (the daemon's byte count)
         self.max_model_bytes = max_model_bytes
         self.max_uploads = max_uploads
@@ -205,6 +227,11 @@ class ModelStore:
                 running = self._in_progress.get(sha)
                 if running is None:
                     self._take_slot(sha)
+                    try:
+                        self._reserve_room(sha, size)
+                    except BaseException:
+                        self._end_upload(sha, locked=True)
+                        raise
                     break
                 self._start_waiting(sha)
             log.info("upload of %s waits for the one of the same model in progress", sha[:12])
@@ -235,11 +262,64 @@ class ModelStore:
             if not still_wanted():
                 raise Cancelled(f"upload of {sha[:12]} cancelled while waiting for another upload of the same model")
 
-    def _end_upload(self, sha: str) -> None:
-        """An upload of sha ended (published or dropped): free its slot and wake its waiters."""
-        with self._lock:
+    def _end_upload(self, sha: str, locked: bool = False) -> None:
+        """An upload of sha ended (published or dropped): free its slot and its room, and wake its waiters."""
+        with contextlib.nullcontext() if locked else self._lock:
             self._in_progress.pop(sha).set()
+            self._reserved.pop(sha, None)
             self._upload_slots.release()
+
+    # --- the store's quota ---------------------------------------------------------------
+
+    def _reserve_room(self, sha: str, size: int) -> None:
+        """Under self._lock: room for an upload of ``size`` bytes within max_store_bytes, made by removing the
+        least recently used models not in use; RESOURCE_EXHAUSTED when there is not enough."""
+        if not self.max_store_bytes:
+            return
+        limit = self.max_store_bytes
+        over = self.usage()[1] + sum(self._reserved.values()) + size - limit
+        for model in self._eviction_order() if over > 0 else ():
+            if self.in_use(model.sha256):
+                continue
+            self.remove(model.sha256)
+            log.info("removed model %s (%d bytes, least recently used): the store is over --max-store-mb",
+                     model.sha256[:12], model.size)
+            over -= model.size
+            if over <= 0:
+                break
+        if over > 0:
+            raise ResourceExhausted(
+                f"board's model store is full: upload of {sha[:12]} ({size} bytes) would pass its limit of {limit} "
+                f"bytes, and the models in it are loaded or being uploaded",
+                hint="unload models on the board, or start hrt_boardd with a larger --max-store-mb")
+        self._reserved[sha] = size
+
+    def _eviction_order(self) -> List[StoredModel]:
+        """The stored models, least recently used (loaded or stored) first."""
+        def used(model: StoredModel) -> float:
+            try:
+                return os.stat(self.path(model.sha256)).st_atime
+            except OSError:
+                return 0.0
+
+        return sorted(self.list(), key=used)
+
+    def touch(self, sha: str) -> None:
+        """Mark a model as just used (its .bin's access time; the file itself is never rewritten): the last the
+        quota removes."""
+        try:
+            stat = os.stat(self.path(sha))
+            os.utime(self.path(sha), ns=(time.time_ns(), stat.st_mtime_ns))
+        except OSError:
+            pass
+
+    def remove(self, sha: str) -> None:
+        """Remove a model from the store (the .bin first: without it, the .json is never listed)."""
+        for path in (self.path(sha), self.meta_path(sha)):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
 
     def uploads_in_progress(self) -> Tuple[int, int]:
         """(uploads receiving bytes, uploads waiting for another upload of their model) now."""

@@ -13,7 +13,7 @@ from typing import Dict, List, Optional, Sequence
 import numpy as np
 
 from bpuemu.common import x5_timing
-from bpuemu.common.errors import InvalidInput, InvalidModelFile
+from bpuemu.common.errors import BpuEmuError, InvalidInput, InvalidModelFile, without_paths
 from bpuemu.common.input_types import checked_rt_input, rt_shape, to_model_input
 from bpuemu.common.numerics import Dequantizer
 from bpuemu.common.proto import model_pb2
@@ -75,9 +75,11 @@ class OrtStep(Step):
         self._threads = intra_op_threads
         self._lock = threading.Lock()
         try:
-            self.session = session_from_bytes(blob, intra_op_threads)
+            self.session = session_from_bytes(blob, intra_op_threads, piece=f"step '{spec.name[:80]}'")
+        except BpuEmuError:
+            raise
         except Exception as exc:  # onnxruntime's own exception types vary by version
-            raise InvalidModelFile(f"step '{spec.name}': piece does not load: {exc}") from None
+            raise InvalidModelFile(f"step '{spec.name}': piece does not load: {without_paths(str(exc))}") from None
         _bind(self, self.session)
 
     def release(self) -> None:

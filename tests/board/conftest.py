@@ -113,6 +113,7 @@ def scratch(tmp_path):
 def token_file(tmp_path_factory):
     path = tmp_path_factory.mktemp("token") / "board.token"
     path.write_text("s3cret-token-for-the-board-0123456789\n")
+    path.chmod(0o600)  # private, as hrt_boardd expects of a token file (else it warns)
     return path
 
 

@@ -41,6 +41,8 @@ def _write(directory, name: str, data: bytes) -> str:
     path = os.path.join(os.fspath(directory), name)
     with open(path, "wb") as f:
         f.write(data)
+    if name.endswith(".key"):
+        os.chmod(path, 0o600)  # private, as hrt_boardd and the clients expect of a key (else they warn)
     return path
 
 
