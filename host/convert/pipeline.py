@@ -19,7 +19,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional, Sequence, Tuple
+from typing import Dict, List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 import onnx
@@ -75,6 +75,9 @@ class ConvertJob:
     #: The ONNX model in onnx_model when the caller has read it already (the run takes it over
     #: and reshapes it); None: the run reads onnx_model.
     float_model: Optional[onnx.ModelProto] = field(default=None, repr=False, compare=False)
+    #: calibration_parameters.quant_config of the J6 flow: a JSON file's absolute path or the mapping
+    #: itself (bpuemu.host.quant.quant_config); None: none.
+    quant_config: Union[None, str, dict] = None
 
 
 @dataclass
@@ -92,6 +95,9 @@ class Artifacts:
     output_agreements: Dict[str, float] = field(default_factory=dict)
     #: Stage -> (wall s, CPU s) of this run (bpuemu.host.quant.stages.STAGES, in that order).
     stages: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    #: Per node, in graph order (bpuemu.host.compiler.placement.NodePlacement): ON, subgraph, and on a
+    #: J6 march or with a quant_config the resolved output_dtype, qtype_note and cosine_note.
+    nodes: List = field(default_factory=list)
 
 
 def artifact_paths(job: ConvertJob, directory: str = "") -> Dict[str, str]:
@@ -234,7 +240,7 @@ def run(job: ConvertJob) -> Artifacts:
     final = artifact_paths(job)
     clock = StageClock()
     with Staging(job.working_dir, "makertbin", log) as stage:
-        sha, cosines, table, out_cos, agreements = _convert(job, stage.dir, clock)
+        sha, cosines, table, out_cos, agreements, nodes = _convert(job, stage.dir, clock)
         checkpoint("makertbin:converted")
         stage.publish()
     for key, what in (("original", "original float model"), ("optimized", "optimized float model"),
@@ -246,25 +252,38 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("time by stage: %s", stages_line(stages))
     log.info("End Model Convert (%.1f s)", total[0])
     return Artifacts(final["original"], final["optimized"], final["calibrated"], final["quantized"], final["bin"],
-                     sha, cosines, table, out_cos, agreements, stages)
+                     sha, cosines, table, out_cos, agreements, stages, nodes)
 
 
 def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
     """Every stage of the conversion, writing into ``out_dir`` (the staging directory)."""
+    from bpuemu.common.march import march
+    from bpuemu.host.quant.quant_config import parse_quant_config
+
+    arch = march(job.march)
+    qconfig = parse_quant_config(job.quant_config, arch)   # a bad quant_config fails before any work
     paths = artifact_paths(job, out_dir)
     original = insert_preprocess(float_model(job), [ji.pre for ji in job.inputs])
+    if qconfig is not None:
+        original = _apply_quant_config_to_model(original, qconfig)
     _save(original, paths["original"])
 
     optimized = optimize(original)
     _save(optimized, paths["optimized"])
 
     image_inputs = [ji.pre.name for ji in job.inputs if ji.pre.is_image]
-    placement = _place(optimized, job, image_inputs)
+    resolved = _resolve_quant_config(qconfig, optimized)
+    placement = _place(optimized, job, image_inputs, arch, resolved)
     for line in placement.cpu_reasons():
         log.info(line)
 
     specs = [input_spec(ji) for ji in job.inputs]
-    feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir, clock)
+    feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir, clock,
+                                         qconfig, resolved)
+    if arch.is_j6 or qconfig is not None:
+        from bpuemu.host.quant.precision import resolve_precision
+
+        resolve_precision(placement, params.plan, resolved, arch.name, log)
     eval_feeds = feeds[: min(len(feeds), 16)]
     with clock.stage("cosine table"):
         sim, table = _report_accuracy(optimized, quantized, placement, params, eval_feeds)
@@ -274,16 +293,43 @@ def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
         model, blobs = _compile(job, quantized, placement, specs)
         _log_estimate(job, model, blobs)
         sha = write_bin(paths["bin"], [model], blobs)
-    return sha, sim.nodes, table, sim.outputs, sim.agreements
+    return sha, sim.nodes, table, sim.outputs, sim.agreements, placement.nodes
+
+
+def _apply_quant_config_to_model(original: onnx.ModelProto, qconfig) -> onnx.ModelProto:
+    """The quant_config's node names checked against the float model (named as the tables name them)."""
+    name_nodes(original)
+    qconfig.check_names({n.name: n.op_type for n in original.graph.node if n.op_type != "Constant"}, log)
+    return original
+
+
+def _resolve_quant_config(qconfig, optimized: onnx.ModelProto):
+    """Node -> its resolved quant_config (empty without one); node_config names the optimizer fused away
+    are logged, since their configuration no longer applies."""
+    from bpuemu.host.quant.quant_config import configured_nodes
+
+    if qconfig is None:
+        return {}
+    nodes = [(n.name, n.op_type) for n in optimized.graph.node if n.op_type != "Constant"]
+    present = {n for n, _ in nodes}
+    for name in qconfig.nodes:
+        if name not in present:
+            log.warning("%s: node %s was removed by the optimizer (folded or fused into another node); its "
+                        "node_config does not apply", qconfig.source, name)
+    return configured_nodes(qconfig, nodes)
 
 
 def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inputs: Sequence[str], specs,
-              paths: Dict[str, str], out_dir: str, clock: StageClock):
+              paths: Dict[str, str], out_dir: str, clock: StageClock, qconfig=None, resolved=None):
     """Calibration on the job's data, then the calibrated and quantized models (both saved).
     Returns (calibration feeds, quantization parameters, quantized model)."""
     from bpuemu.host import quant
+    from bpuemu.host.quant.quant_config import quant_options
 
     options = job.quant_options or quant.QuantOptions()
+    if qconfig is not None or placement.high_precision_nodes:
+        outputs = {n.name: tuple(n.output) for n in optimized.graph.node}
+        options = quant_options(qconfig, options, resolved or {}, placement, outputs)
     feeds = calibration_feeds(job, specs, out_dir) if options.calibration_type not in ("skip", "load") else []
     if options.calibration_type not in ("skip", "load") and not feeds:
         raise InvalidInput("no calibration data: set cal_data_dir for every input, or calibration_type: skip")
@@ -329,6 +375,7 @@ def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs):
     model, blobs, _ = compile_for_board(
         quantized, job.output_model_file_prefix, specs, working_dir=job.working_dir,
         force_cpu=placement.cpu_nodes, force_bpu=placement.bpu_nodes, build_info=job.build_info, march=job.march,
+        high_precision=placement.high_precision_nodes,
         input_batch=job.input_batch, layer_out_dump=job.layer_out_dump, optimize_level=job.optimize_level,
         input_sources={ji.pre.name: ji.input_source for ji in job.inputs if ji.input_source})
     if job.remove_node_type or job.remove_node_name:
@@ -394,7 +441,7 @@ def _report_joins(optimized: onnx.ModelProto, quantized: onnx.ModelProto, feeds)
             log.warning(finding.warning())
 
 
-def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[str]):
+def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[str], arch=None, resolved=None):
     """BPU/CPU placement of the optimized model.
 
     A QDQ model (QAT export, calibration_type load) is placed on its float
@@ -422,8 +469,10 @@ def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[s
                      n, check_constraints(by_name[n], model))
         force_bpu |= fits - set(job.force_cpu)
         log.info("QAT model: %d node(s) in its integer domain go to the BPU", len(fits))
+    from bpuemu.host.quant.quant_config import placement_qtypes
+
     return place(model, quantized_inputs=image_inputs, force_cpu=job.force_cpu, force_bpu=sorted(force_bpu),
-                 softmax_on_bpu=job.softmax_on_bpu)
+                 softmax_on_bpu=job.softmax_on_bpu, march=arch, qtypes=placement_qtypes(resolved or {}))
 
 
 def _check_loads(model: onnx.ModelProto, path: str) -> None:
