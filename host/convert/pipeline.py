@@ -176,7 +176,8 @@ def _cut_at(model: onnx.ModelProto, output_nodes: Sequence[str]) -> onnx.ModelPr
     return utils.Extractor(inferred).extract_model(inputs, outs)
 
 
-def input_spec(ji: JobInput) -> model_pb2.InputSpec:
+def input_spec(ji: JobInput, featuremap_dtype: str = "float32") -> model_pb2.InputSpec:
+    """The `.bin` input spec of ``ji``; ``featuremap_dtype``: a featuremap input's type in the model."""
     p = ji.pre
     if p.is_image:
         n, a, b, c = ji.shape
@@ -184,7 +185,7 @@ def input_spec(ji: JobInput) -> model_pb2.InputSpec:
         shape = nhwc if p.model_layout == "NHWC" else (nhwc[0], nhwc[3], nhwc[1], nhwc[2])
         dtype = "int8"
     else:
-        shape, dtype = ji.shape, "float32"
+        shape, dtype = ji.shape, featuremap_dtype
     return model_pb2.InputSpec(
         name=p.name, input_type_rt=p.input_type_rt,
         input_layout_rt="" if p.input_type_rt in ("nv12", "featuremap") else (ji.input_layout_rt or p.input_layout_train),
@@ -277,7 +278,7 @@ def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
     for line in placement.cpu_reasons():
         log.info(line)
 
-    specs = [input_spec(ji) for ji in job.inputs]
+    specs = [input_spec(ji, _input_dtype(optimized, ji.pre.name)) for ji in job.inputs]
     feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir, clock,
                                          qconfig, resolved)
     if arch.is_j6 or qconfig is not None:
@@ -294,6 +295,15 @@ def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
         _log_estimate(job, model, blobs)
         sha = write_bin(paths["bin"], [model], blobs)
     return sha, sim.nodes, table, sim.outputs, sim.agreements, placement.nodes
+
+
+def _input_dtype(model: onnx.ModelProto, name: str) -> str:
+    """The element type of input ``name`` of ``model`` ("float32" unless the model says otherwise: an int32
+    featuremap runs as int32, ptq_faq_j6 int32 case 2)."""
+    vi = next((i for i in model.graph.input if i.name == name), None)
+    if vi is None or not vi.type.tensor_type.elem_type:
+        return "float32"
+    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)).name
 
 
 def _apply_quant_config_to_model(original: onnx.ModelProto, qconfig) -> onnx.ModelProto:
