@@ -12,9 +12,11 @@ from bpuemu.host.hb_onnxruntime import HB_ONNXRuntime
 from j6_helpers import bin_devices, convert, model_of, nodes, weight
 
 
-def _quantized_after(path: str, tensor: str) -> bool:
-    """Whether the quantized model quantizes ``tensor`` (a QuantizeLinear reads it)."""
-    return any(n.op_type == "QuantizeLinear" and n.input[0] == tensor for n in onnx.load(path).graph.node)
+def _requantized(path: str, node: str) -> bool:
+    """Whether the quantized model quantizes ``node``'s output (a QuantizeLinear reads it)."""
+    g = onnx.load(path).graph
+    out = next(n.output[0] for n in g.node if n.name == node)
+    return any(n.op_type == "QuantizeLinear" and n.input[0] == out for n in g.node)
 
 
 def _run_bin(path: str, feeds):
@@ -42,8 +44,8 @@ def test_a_model_ending_in_conv_outputs_the_marchs_high_accuracy_type(tmp_path, 
     placed = nodes(art)
     assert placed["conv_tail"].on == "BPU" and placed["conv_tail"].output_dtype == dtype
     assert placed["conv_1"].output_dtype == "int8"
-    assert not _quantized_after(art.quantized, "y")            # the tail Conv's output is not requantized to int8
-    assert _quantized_after(art.quantized, "r1")
+    assert not _requantized(art.quantized, "conv_tail")        # the tail Conv's output is not requantized to int8
+    assert _requantized(art.quantized, "relu_1")
     assert bin_devices(art.bin)["conv_tail"] == "BPU"
     x = np.random.default_rng(5).standard_normal((1, 3, 8, 8)).astype(np.float32)
     got = _run_bin(art.bin, {"x": x})[0]
@@ -53,7 +55,7 @@ def test_a_model_ending_in_conv_outputs_the_marchs_high_accuracy_type(tmp_path, 
 
 def test_the_x5_keeps_the_tail_conv_int8_output(tmp_path):
     art, _ = convert(tmp_path, _ends_in_conv(relu=False), march="bayes-e")
-    assert _quantized_after(art.quantized, "y_QuantizeLinear_Input")
+    assert _requantized(art.quantized, "conv_tail")
     assert nodes(art)["conv_tail"].output_dtype == ""          # the X5 flow resolves no output types
 
 
@@ -76,7 +78,7 @@ def test_quant_config_forces_the_tail_relu_onto_the_bpu_at_some_accuracy(tmp_pat
     assert placed["relu_tail"].on == "BPU" and placed["relu_tail"].output_dtype == "int8"
     assert placed["conv_tail"].output_dtype == "int8" and not placed["conv_tail"].high_precision
     assert bin_devices(forced.bin)["relu_tail"] == "BPU"
-    assert _quantized_after(forced.quantized, "c2")
+    assert _requantized(forced.quantized, "conv_tail")
     assert forced.output_cosines["y"] <= default.output_cosines["y"]
 
 
