@@ -286,8 +286,9 @@ def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
 
         resolve_precision(placement, params.plan, resolved, arch.name, log)
     eval_feeds = feeds[: min(len(feeds), 16)]
+    explain = _nan_explainer(placement, params, original) if arch.is_j6 else None
     with clock.stage("cosine table"):
-        sim, table = _report_accuracy(optimized, quantized, placement, params, eval_feeds)
+        sim, table = _report_accuracy(optimized, quantized, placement, params, eval_feeds, explain)
 
     checkpoint("makertbin:compiling")
     with clock.stage("emit/compile"):
@@ -295,6 +296,21 @@ def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
         _log_estimate(job, model, blobs)
         sha = write_bin(paths["bin"], [model], blobs)
     return sha, sim.nodes, table, sim.outputs, sim.agreements, placement.nodes
+
+
+def _nan_explainer(placement, params, original: onnx.ModelProto):
+    """What the J6 flow does to the node cosines: a node whose Calibrated Cosine is nan, or whose input
+    is all zeros (a threshold of 0), shows nan with the reason in its cosine_note and the log
+    (bpuemu.host.quant.nan_cosine); the conversion goes on."""
+    from bpuemu.host.quant.nan_cosine import nan_cosine_notes
+
+    def explain(cosines: Dict[str, float]) -> None:
+        placed = placement.by_name()
+        for name, note in nan_cosine_notes(placement, params, original, cosines).items():
+            placed[name].cosine_note = note
+            cosines[name] = float("nan")
+            log.warning("Calibrated Cosine of node %s (%s) is nan: %s", name, placed[name].op_type, note)
+    return explain
 
 
 def _input_dtype(model: onnx.ModelProto, name: str) -> str:
@@ -354,12 +370,16 @@ def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inpu
     return feeds, params, quantized
 
 
-def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, placement, params, eval_feeds):
+def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, placement, params, eval_feeds,
+                     explain=None):
     """The node table with each node's cosine similarity and threshold, the per-output lines and
-    the Concat check, all logged. Returns (the similarity, the table)."""
+    the Concat check, all logged; ``explain(cosines)`` may mark cosines nan first (the J6 flow).
+    Returns (the similarity, the table)."""
     from bpuemu.host import quant
 
     sim = quant.similarity(optimized, quantized, eval_feeds)  # node and output cosines from one run
+    if explain is not None:
+        explain(sim.nodes)
     cosines = sim.nodes
     thresholds = getattr(params, "node_thresholds", lambda: {})()
     table = placement.table({
