@@ -323,9 +323,17 @@ def _input_dtype(model: onnx.ModelProto, name: str) -> str:
 
 
 def _apply_quant_config_to_model(original: onnx.ModelProto, qconfig) -> onnx.ModelProto:
-    """The quant_config's node names checked against the float model (named as the tables name them)."""
+    """The quant_config's node names checked against the float model (named as the tables name them),
+    and the unitconvs its node_config asks for inserted (bpuemu.host.convert.unitconv)."""
+    from bpuemu.host.convert.unitconv import insert_unitconvs
+
     name_nodes(original)
     qconfig.check_names({n.name: n.op_type for n in original.graph.node if n.op_type != "Constant"}, log)
+    where = qconfig.unitconvs()
+    if where:
+        original = insert_unitconvs(original, where)
+        for node, side in where.items():
+            log.info("unitconv %s_unitconv inserted %s node %s (quant_config node_config unitconv)", node, side, node)
     return original
 
 
