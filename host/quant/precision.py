@@ -17,6 +17,9 @@ from bpuemu.host.quant.quant_config import Resolved
 
 #: The qtypes quantization itself decides (float ones are decided by placement).
 _INT_QTYPES = ("int8", "int16")
+FLOAT16 = "float16"
+#: How bpuemu computes a BPU node configured float16 (nash-b/h/p): its output quantized to int16.
+FLOAT16_EMULATION = "int16"
 
 
 def _is_passive(op_type: str) -> bool:
@@ -42,6 +45,7 @@ def resolve_precision(placement, plan: QuantPlan, resolved: Mapping[str, Resolve
     """Set BPU nodes' output_dtype from the quantization plan and add the qtype notes quantization
     explains; log one WARNING per configured qtype that does not take effect. Returns those lines."""
     nodes = {n.name: n for n in plan.model.graph.node}
+    emulated: List[str] = []
     for p in placement.nodes:
         n = nodes.get(p.name)
         if p.on != "BPU" or p.high_precision or n is None or not n.output or p.output_dtype not in ("", "int8"):
@@ -52,16 +56,24 @@ def resolve_precision(placement, plan: QuantPlan, resolved: Mapping[str, Resolve
         group = plan.group_of(out)
         p.output_dtype = group.dtype
         r = resolved.get(p.name)
-        if r is None or r.qtype not in _INT_QTYPES or r.qtype == group.dtype or p.qtype_note:
+        if r is not None and r.qtype == FLOAT16 and group.dtype == FLOAT16_EMULATION and not _is_passive(p.op_type):
+            p.output_dtype = FLOAT16
+            emulated.append(p.name)
+            continue
+        wanted = FLOAT16_EMULATION if r is not None and r.qtype == FLOAT16 else (r.qtype if r is not None else None)
+        if r is None or wanted not in _INT_QTYPES or wanted == group.dtype or p.qtype_note:
             continue
         if _is_passive(p.op_type):
             p.qtype_note = (f"passive quantization: {r.describe()} does not take effect; {p.op_type} takes the "
                             f"threshold and type of the ops around it ({group.dtype})")
-        elif r.qtype == "int16":
+        elif wanted == "int16":
             p.qtype_note = _constraint_note(plan, group, p.name, march_name)
         else:
             p.qtype_note = (f"passive quantization: {r.describe()} does not take effect; its output shares one scale "
                             f"with ops configured {group.dtype} (the passive ops after it)")
+    if emulated:
+        log.info("quant_config: float16 on %s's BPU is emulated with int16 quantization (bpuemu has no float16 "
+                 "BPU kernels): %s", march_name, ", ".join(emulated))
     lines = []
     for p in placement.nodes:
         if p.qtype_note:

@@ -273,7 +273,8 @@ def quant_options(config: Optional[QuantConfig], options, resolved: Mapping[str,
         int16 = dict(options.int16_nodes)
         for name, r in resolved.items():
             p = placed.get(name)
-            if r.qtype == "int16" and p is not None and p.on == "BPU" and BPU_OPS[p.op_type].active:
+            # float16 on a BPU that has it (nash-b/h/p) is emulated with int16 (bpuemu has no float16 kernels)
+            if r.qtype in ("int16", "float16") and p is not None and p.on == "BPU" and BPU_OPS[p.op_type].active:
                 int16[name] = int16[name].merged(Int16Spec(output=True)) if name in int16 else Int16Spec(output=True)
         changes["int16_nodes"] = int16
         changes["node_methods"] = {n: (r.calibration_type, r.max_percentile or 1.0) for n, r in resolved.items()

@@ -144,3 +144,14 @@ def test_model_level_calibration_type_and_per_node_method(tmp_path, caplog):
                               "node_config": {"conv_1": {"activation": {"calibration_type": "kl"}}}})
     assert "calibration method: max" in caplog.text
     assert "quant_config: node conv_1 calibrated with kl" in caplog.text
+
+
+def test_float16_on_a_bpu_that_has_it_stays_on_the_bpu(tmp_path, caplog):
+    """nash-p's BPU has float16: the node stays on the BPU and the table says float16 (bpuemu computes it
+    with int16 quantization and logs so)."""
+    with caplog.at_level(logging.INFO):
+        art, _ = convert(tmp_path, _conv_chain(), march="nash-p", quant_config={"node_config": {"conv_1": {"qtype": "float16"}}})
+    placed = nodes(art)
+    assert placed["conv_1"].on == "BPU" and placed["conv_1"].output_dtype == "float16"
+    assert placed["conv_1"].qtype_note == ""
+    assert "float16 on nash-p's BPU is emulated with int16 quantization" in caplog.text and "conv_1" in caplog.text
