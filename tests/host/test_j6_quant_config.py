@@ -4,7 +4,6 @@ reasons for that node (the op's constraint, the tail rule, passive quantization)
 import json
 import logging
 
-import numpy as np
 import onnx
 import pytest
 from onnx import helper
