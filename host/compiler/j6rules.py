@@ -19,6 +19,8 @@ from bpuemu.host.onnxgraph import GraphIndex, TensorInfo, tensor_infos
 MODEL_LEVEL = "model_config"
 #: Cast targets the BPU gives ArgMax's indices (ptq_faq_j6 int32 case 3).
 ARGMAX_CAST_TYPES = {TensorProto.INT8: "int8", TensorProto.INT16: "int16", TensorProto.INT32: "int32"}
+#: Integer types the BPU computes on as they are (int32 case 2).
+BPU_INTEGER_TYPES = ("int8", "int16", "int32")
 #: Ops the BPU runs directly on inputs that are integers in the model (int32 case 2: "Take Mul as an example").
 INTEGER_INPUT_OPS = frozenset({"Mul", "Add", "Sub"})
 
@@ -113,11 +115,18 @@ def _configured_qtypes(g: _Graph, result, march: March, qtypes) -> Set[str]:
 
 
 def _integer_inputs(g: _Graph, result) -> None:
-    """int32 case 2: an elementwise op whose inputs are integers in the model runs on the BPU as it is."""
+    """int32 case 2: an elementwise op whose inputs are int8/int16/int32 in the model runs on the BPU as it
+    is; one on other integers (int64 shape arithmetic) runs on the CPU."""
     for name, n in g.nodes:
         acts = g.activations(n)
-        if n.op_type in INTEGER_INPUT_OPS and acts and all(g.is_integer(t) for t in acts) and result[name].on == "BPU":
-            result[name].output_dtype = dtype_name(g.infos.get(n.output[0]))
+        p = result[name]
+        if p.on != "BPU" or not acts or not all(g.is_integer(t) for t in acts):
+            continue
+        types = sorted({dtype_name(g.infos.get(t)) for t in acts})
+        if n.op_type in INTEGER_INPUT_OPS and set(types) <= set(BPU_INTEGER_TYPES):
+            p.output_dtype = dtype_name(g.infos.get(n.output[0]))
+        else:
+            _to_cpu(p, f"its inputs are {', '.join(types)} in the model, which the BPU does not compute {n.op_type} on")
 
 
 def _argmax_cast(g: _Graph, result) -> None:

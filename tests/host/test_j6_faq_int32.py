@@ -138,3 +138,12 @@ def test_argmax_with_a_cast_runs_on_the_bpu(tmp_path, to, dtype):
     x = np.random.default_rng(2).standard_normal((1, 3, 16, 16)).astype(np.float32)
     got = _run_bin(art.bin, {"input": x})[0]
     assert got.dtype == np.dtype(dtype) and np.mean(got == np.argmax(x, axis=1)) > 0.9
+
+
+def test_a_mul_of_int64_inputs_runs_on_the_cpu(tmp_path):
+    """int64 (shape arithmetic) is not one of the BPU's integer types."""
+    m = model_of([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")], {"a": [1, 4], "b": [1, 4]},
+                 ["y"], input_types={"a": TensorProto.INT64, "b": TensorProto.INT64})
+    art, _ = convert(tmp_path, m, march="nash-e")
+    assert nodes(art)["mul"].on == "CPU" and "int64" in nodes(art)["mul"].reason
+    assert bin_devices(art.bin)["mul"] == "CPU"
