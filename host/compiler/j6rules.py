@@ -3,7 +3,7 @@ integer inputs and ArgMax's Cast. ``placement.place`` runs them on a J6 march; s
 
 Each rule is a small function over the placement in progress (node name ->
 ``NodePlacement``), run in this order: the configured qtypes, the integer
-rules (int32 cases 2 and 3), passive following, the tail rule, passive
+rules (int32 cases 2 and 3), passive following, the tail rule (a Conv no MAC op follows), passive
 following again, then the output data types.
 """
 from typing import Callable, Dict, List, Mapping, Optional, Set, Tuple
@@ -63,12 +63,12 @@ class _Graph:
         return info is not None and info.elem_type not in (TensorProto.FLOAT, TensorProto.FLOAT16,
                                                            TensorProto.DOUBLE, TensorProto.BOOL, 0)
 
-    def convs_below(self, result) -> Set[str]:
-        """Nodes some BPU Conv (an op that may output its accumulator) comes after, directly or not."""
+    def macs_below(self, result) -> Set[str]:
+        """Nodes some BPU MAC op (Conv, ConvTranspose, Gemm, MatMul) comes after, directly or not."""
         out: Set[str] = set()
         for name, n in reversed(self.nodes):
             for rn, _ in self.readers(n):
-                if rn in out or _is_tail_capable(result[rn]):
+                if rn in out or _is_mac(result[rn]):
                     out.add(name)
                     break
         return out
@@ -78,9 +78,14 @@ def _is_tail_capable(p) -> bool:
     return p.on == "BPU" and p.op_type in BPU_OPS and BPU_OPS[p.op_type].int32_output
 
 
+def _is_mac(p) -> bool:
+    return p.on == "BPU" and p.op_type in BPU_OPS and BPU_OPS[p.op_type].unit == "mac"
+
+
 def _tail_convs(g: _Graph, result) -> Set[str]:
-    """The tail Convs: BPU Convs no other BPU Conv comes after (the last quantized compute op of their paths)."""
-    below = g.convs_below(result)
+    """The tail Convs: BPU Convs (ops that may output their accumulator) no BPU MAC op comes after, the
+    last quantized compute op of their paths; the vector and passive ops after one fall to the CPU."""
+    below = g.macs_below(result)
     return {name for name, _ in g.nodes if _is_tail_capable(result[name]) and name not in below}
 
 

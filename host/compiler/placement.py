@@ -23,9 +23,11 @@ configured) and ptq_faq_j6's int32 cases:
   nash-e/m) runs on the CPU; a qtype configured per op type or per node that
   the BPU has moves a node the tail rule or the Softmax default would put on
   the CPU onto the BPU (the FAQ's "force them onto BPU");
-* the tail rule covers every BPU op after the tail Conv, active ones too
-  (ReLU, Add), and the tail Conv itself outputs ``March.tail_output_dtype``
-  (int32 on nash-e/m, float32 on nash-b/h/p) when no BPU op reads it;
+* the tail Conv is a Conv (or Gemm) after which no MAC op (Conv,
+  ConvTranspose, Gemm, MatMul) runs on the BPU; the tail rule covers every
+  BPU op after it, active ones too (ReLU, Add), and the tail Conv itself
+  outputs ``March.tail_output_dtype`` (int32 on nash-e/m, float32 on
+  nash-b/h/p) when no BPU op reads it;
 * a node whose inputs are already integers in the model (an int32 Mul) runs
   on the BPU without quantization;
 * ArgMax outputs int64 (ONNX), which the BPU does not: it runs on the CPU

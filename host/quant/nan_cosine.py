@@ -23,6 +23,8 @@ from onnx import numpy_helper
 from bpuemu.host.onnxgraph import GraphIndex, attr
 from bpuemu.host.quant.params import MIN_THRESHOLD
 
+#: Ops whose constant inputs the toolchain calibrates like featuremaps (a weight or a bias is not one).
+ELEMENTWISE = frozenset({"Add", "Sub", "Mul", "Concat"})
 #: How many producers back the origin of an all-zero tensor is looked for.
 _ORIGIN_DEPTH = 4
 
@@ -75,7 +77,7 @@ def _zero_input(plan, params, idx: GraphIndex, node: onnx.NodeProto) -> str:
         if q is not None and t in plan.activations and not plan.group_of(t).fixed:
             if q.max_threshold <= MIN_THRESHOLD * 1.0001:
                 return t
-        elif t in idx.inits and t not in plan.weights and idx.inits[t].data_type == onnx.TensorProto.FLOAT \
+        elif node.op_type in ELEMENTWISE and t in idx.inits and idx.inits[t].data_type == onnx.TensorProto.FLOAT \
                 and _is_zero(idx.const(t)):
             return t
     return ""

@@ -147,3 +147,16 @@ def test_a_mul_of_int64_inputs_runs_on_the_cpu(tmp_path):
     art, _ = convert(tmp_path, m, march="nash-e")
     assert nodes(art)["mul"].on == "CPU" and "int64" in nodes(art)["mul"].reason
     assert bin_devices(art.bin)["mul"] == "CPU"
+
+
+def test_a_conv_followed_by_a_conv_transpose_is_not_the_tail_conv(tmp_path):
+    """The tail Conv is the last quantized compute op: a ConvTranspose after it keeps the model on the BPU
+    (PP-OCR det's head), and nothing outputs int32."""
+    m = model_of([helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv", pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", ["c1"], ["r1"], name="relu"),
+                  helper.make_node("ConvTranspose", ["r1", "wt"], ["t"], name="deconv", strides=[2, 2], kernel_shape=[2, 2]),
+                  helper.make_node("Sigmoid", ["t"], ["y"], name="sigmoid")],
+                 {"x": [1, 3, 8, 8]}, ["y"], [weight("w1", (8, 3, 3, 3), 1), weight("wt", (8, 1, 2, 2), 2)])
+    art, _ = convert(tmp_path, m, march="nash-e")
+    placed = nodes(art)
+    assert all(n.on == "BPU" for n in placed.values()) and not any(n.high_precision for n in placed.values())
