@@ -98,6 +98,8 @@ class Artifacts:
     #: Per node, in graph order (bpuemu.host.compiler.placement.NodePlacement): ON, subgraph, and on a
     #: J6 march or with a quant_config the resolved output_dtype, qtype_note and cosine_note.
     nodes: List = field(default_factory=list)
+    #: Node -> the calibration threshold of its quantized input (the table's "Threshold" column).
+    thresholds: Dict[str, float] = field(default_factory=dict)
 
 
 def artifact_paths(job: ConvertJob, directory: str = "") -> Dict[str, str]:
@@ -241,7 +243,7 @@ def run(job: ConvertJob) -> Artifacts:
     final = artifact_paths(job)
     clock = StageClock()
     with Staging(job.working_dir, "makertbin", log) as stage:
-        sha, cosines, table, out_cos, agreements, nodes = _convert(job, stage.dir, clock)
+        sha, cosines, table, out_cos, agreements, nodes, thresholds = _convert(job, stage.dir, clock)
         checkpoint("makertbin:converted")
         stage.publish()
     for key, what in (("original", "original float model"), ("optimized", "optimized float model"),
@@ -253,7 +255,7 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("time by stage: %s", stages_line(stages))
     log.info("End Model Convert (%.1f s)", total[0])
     return Artifacts(final["original"], final["optimized"], final["calibrated"], final["quantized"], final["bin"],
-                     sha, cosines, table, out_cos, agreements, stages, nodes)
+                     sha, cosines, table, out_cos, agreements, stages, nodes, thresholds)
 
 
 def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
@@ -295,7 +297,8 @@ def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
         model, blobs = _compile(job, quantized, placement, specs)
         _log_estimate(job, model, blobs)
         sha = write_bin(paths["bin"], [model], blobs)
-    return sha, sim.nodes, table, sim.outputs, sim.agreements, placement.nodes
+    thresholds = getattr(params, "node_thresholds", lambda: {})()
+    return sha, sim.nodes, table, sim.outputs, sim.agreements, placement.nodes, thresholds
 
 
 def _nan_explainer(placement, params, original: onnx.ModelProto):

@@ -74,3 +74,8 @@ def test_the_x5_table_keeps_its_cosines(tmp_path):
     """The X5 flow is unchanged: an all-zero input does not turn its reader's cosine into nan."""
     art, _ = convert(tmp_path, _concat_of_zeros(), march="bayes-e")
     assert not math.isnan(art.cosines["add"]) and nodes(art)["add"].cosine_note == ""
+
+
+def test_the_node_table_reads_thresholds_beside_the_notes(tmp_path):
+    art, _ = convert(tmp_path, _cast_equal(), march="nash-e")
+    assert art.thresholds["conv"] > 0 and set(art.thresholds) <= set(art.cosines) | {n.name for n in art.nodes}
