@@ -12,7 +12,7 @@ import onnx
 from onnx import TensorProto, helper
 
 from bpuemu.common.march import March
-from bpuemu.host.compiler.optable import BPU_OPS
+from bpuemu.host.compiler.optable import BPU_OPS, check_constraints
 from bpuemu.host.onnxgraph import GraphIndex, TensorInfo, tensor_infos
 
 #: Where a qtype comes from when it is only the model's default (it forces nothing onto the BPU).
@@ -114,7 +114,7 @@ def _configured_qtypes(g: _Graph, result, march: March, qtypes) -> Set[str]:
         if where == MODEL_LEVEL or n.op_type not in BPU_OPS:
             continue
         forced.add(name)
-        if p.on == "CPU" and BPU_OPS[n.op_type].cpu_by_default:
+        if p.on == "CPU" and BPU_OPS[n.op_type].cpu_by_default and not check_constraints(n, g.idx.model):
             p.on, p.bpu_type, p.reason = "BPU", BPU_OPS[n.op_type].bpu_type, ""
     return forced
 
@@ -185,6 +185,17 @@ def _passive_notes(g: _Graph, result, qtypes) -> None:
                             "from the CPU (a unitconv before/after it gives it a threshold of its own)")
 
 
+def _cpu_notes(g: _Graph, result, march: March, qtypes) -> None:
+    """A BPU qtype configured on a node that runs on the CPU for its op's sake (not supported, a constraint
+    violated, Softmax's default) does not take effect: the op's constraint."""
+    for name, n in g.nodes:
+        p = result[name]
+        if name in qtypes and p.on == "CPU" and not p.qtype_note and qtypes[name][0] in march.bpu_qtypes:
+            qtype, where = qtypes[name]
+            p.qtype_note = (f"op constraint: quant_config {where} qtype {qtype} does not take effect; {n.op_type} "
+                            f"runs on the CPU in float32 ({p.reason or 'run_on_cpu'})")
+
+
 def _output_dtypes(g: _Graph, result, march: March, qtypes) -> None:
     """Each node's output data type as placed: quantization refines BPU int8/int16 (quant.precision)."""
     convs = _tail_convs(g, result)
@@ -218,4 +229,5 @@ def place_j6(model: onnx.ModelProto, nodes, names, result, quantized_inputs: Set
     _tail_rule(g, result, march, forced, qtypes)
     follow_passive(model, nodes, names, result, quantized_inputs, tail_rule=False)
     _passive_notes(g, result, qtypes)
+    _cpu_notes(g, result, march, qtypes)
     _output_dtypes(g, result, march, qtypes)

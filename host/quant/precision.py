@@ -13,7 +13,7 @@ from typing import List, Mapping
 
 from bpuemu.host.compiler.optable import BPU_OPS
 from bpuemu.host.quant.marking import INT16_OPS, QuantPlan
-from bpuemu.host.quant.quant_config import Resolved
+from bpuemu.host.quant.quant_config import MODEL, Resolved
 
 #: The qtypes quantization itself decides (float ones are decided by placement).
 _INT_QTYPES = ("int8", "int16")
@@ -78,7 +78,9 @@ def resolve_precision(placement, plan: QuantPlan, resolved: Mapping[str, Resolve
     for p in placement.nodes:
         if p.qtype_note:
             line = f"quant_config: node {p.name} ({p.op_type}) output {p.output_dtype or 'float32'} on {p.on}: {p.qtype_note}"
-            log.warning(line)
+            # the model-level default names every node; a qtype given for an op type or a node is a WARNING
+            model_default = p.name in resolved and resolved[p.name].qtype_from == MODEL
+            log.log(logging.INFO if model_default else logging.WARNING, line)
             lines.append(line)
     return lines
 

@@ -4,6 +4,7 @@ reasons for that node (the op's constraint, the tail rule, passive quantization)
 import json
 import logging
 
+import numpy as np
 import onnx
 import pytest
 from onnx import helper
@@ -154,3 +155,19 @@ def test_float16_on_a_bpu_that_has_it_stays_on_the_bpu(tmp_path, caplog):
     assert placed["conv_1"].on == "BPU" and placed["conv_1"].output_dtype == "float16"
     assert placed["conv_1"].qtype_note == ""
     assert "float16 on nash-p's BPU is emulated with int16 quantization" in caplog.text and "conv_1" in caplog.text
+
+
+def test_a_qtype_on_a_node_the_bpu_does_not_run_says_op_constraint(tmp_path, caplog):
+    """int16 on a Where (not a BPU op) cannot take effect: the log names the node and the op's constraint."""
+    m = model_of([helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv_1", pads=[1, 1, 1, 1]),
+                  helper.make_node("Greater", ["c1", "zero"], ["keep"], name="greater"),
+                  helper.make_node("Where", ["keep", "c1", "zero"], ["w"], name="where"),
+                  helper.make_node("Conv", ["w", "w2"], ["y"], name="conv_2")],
+                 {"x": [1, 3, 8, 8]}, ["y"], [weight("w1", (8, 3, 3, 3), 1), weight("w2", (4, 8, 1, 1), 2),
+                                                 onnx.numpy_helper.from_array(np.array(0, np.float32), "zero")])
+    with caplog.at_level(logging.WARNING):
+        art, _ = convert(tmp_path, m, quant_config={"op_config": {"Where": {"qtype": "int16"}}})
+    note = nodes(art)["where"].qtype_note
+    assert note.startswith("op constraint: quant_config op_config qtype int16 does not take effect")
+    assert "not supported by the BPU" in note
+    assert "quant_config: node where (Where) output float32 on CPU: op constraint" in caplog.text
