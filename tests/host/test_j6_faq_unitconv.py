@@ -67,3 +67,19 @@ def test_a_unitconv_on_a_tensor_that_is_not_4d_is_one_line(tmp_path):
                  [weight("w", (2, 3, 1, 1))])
     with pytest.raises(InvalidInput, match="unitconv after node flatten: tensor 'y' is not a 4-D float"):
         convert(tmp_path, m, quant_config={"node_config": {"flatten": {"unitconv": "after"}}})
+
+
+def test_a_unitconv_before_a_passive_op_at_the_model_head_moves_it_onto_the_bpu(tmp_path):
+    """The FAQ's other end: a Transpose reading the model input has no threshold of its own (CPU); a
+    unitconv before it gives it one."""
+    m = model_of([helper.make_node("Transpose", ["x"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+                  helper.make_node("Conv", ["t", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                  helper.make_node("Relu", ["c"], ["r"], name="relu"),
+                  helper.make_node("Conv", ["r", "w2"], ["y"], name="conv_out")],
+                 {"x": [1, 3, 8, 8]}, ["y"], [weight("w", (4, 3, 3, 3), 1), weight("w2", (4, 4, 1, 1), 2)])
+    default, _ = convert(tmp_path, m, name="default")
+    assert nodes(default)["transpose"].on == "CPU" and nodes(default)["transpose"].reason.startswith("passive")
+    moved, _ = convert(tmp_path, m, name="unitconv", quant_config={"node_config": {"transpose": {"unitconv": "before"}}})
+    assert nodes(moved)["transpose"].on == "BPU" and nodes(moved)["transpose_unitconv"].on == "BPU"
+    assert _cpu_ops(moved) == [] and _subgraphs(moved) == 1
+    assert bin_devices(moved.bin)["transpose"] == "BPU"
