@@ -214,15 +214,17 @@ def test_node_table_in_the_log_and_node_info_csv_agree(tmp_path):
     assert table[0] == header and table[1:] == rows
     by = {r[0]: r for r in rows}
     assert by["cast"][1:3] == ["CPU", "--"] and by["cast"][4] == "int32"
-    assert by["conv2"][1] == "BPU" and by["conv2"][4] == "int8"    # quantized before the CPU's Cast
+    # the last quantized op before the CPU's Cast is the tail Conv: nash-e's high-accuracy int32 (ptq_faq_j6 case 1)
+    assert by["conv2"][1] == "BPU" and by["conv2"][4] == "int32"
     assert 0.9 < float(by["conv1"][5]) <= 1.0000001
     bc = read_bc(tmp_path / "model_output" / "tiny_quantized_model.bc")
     assert {n.name: (n.on, n.output_dtype) for n in bc.manifest.nodes}["cast"] == ("CPU", "int32")
 
 
 def test_removed_nodes_give_a_quantized_removed_model_bc(tmp_path):
-    """remove_node_type Dequantize: the .hbm and *_quantized_removed_model.bc end in int8; *_quantized_model.bc does not."""
-    cfg = tiny_project(tmp_path)
+    """remove_node_type Dequantize: the .hbm and *_quantized_removed_model.bc end in int8; *_quantized_model.bc does not.
+    The model ends in a MatMul (int8), not in a tail Conv, whose int32 output has no Dequantize to remove."""
+    cfg = tiny_project(tmp_path, matmul=True)
     doc = yaml.safe_load(open(cfg))
     doc["model_parameters"]["remove_node_type"] = "Dequantize"
     yaml.safe_dump(doc, open(cfg, "w"))
