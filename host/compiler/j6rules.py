@@ -204,10 +204,8 @@ def _output_dtypes(g: _Graph, result, march: March, qtypes) -> None:
         if p.output_dtype:
             continue
         out = n.output[0] if n.output else ""
-        if g.is_integer(out):
+        if g.is_integer(out) or p.on == "CPU":  # a CPU node outputs its tensor's own type (a bool of Equal)
             p.output_dtype = dtype_name(g.infos.get(out))
-        elif p.on == "CPU":
-            p.output_dtype = "float32"
         elif name in convs and all(result[rn].on == "CPU" for rn, _ in g.readers(n)):
             p.high_precision = True
             p.output_dtype = march.tail_output_dtype

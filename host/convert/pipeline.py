@@ -450,7 +450,7 @@ def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, pla
     the per-output lines and the Concat check, all logged; ``explain(cosines)`` may mark cosines nan
     first (the J6 flow). Returns (the similarity, the table, its rows)."""
     from bpuemu.host import quant
-    from bpuemu.host.convert.nodetable import node_columns
+    from bpuemu.host.convert.nodetable import node_columns, node_rows
 
     sim = quant.similarity(optimized, quantized, eval_feeds)  # node and output cosines from one run
     if explain is not None:
@@ -459,9 +459,7 @@ def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, pla
     thresholds = getattr(params, "node_thresholds", lambda: {})()
     columns = node_columns(placement, quantized, cosines, thresholds, march or march_of())
     table = placement.table(columns)
-    rows = [dict(zip(["Node", "ON", "Subgraph", "Type"] + list(columns),
-                     [n.name, n.on, f"id({n.subgraph})" if n.subgraph is not None else "--", n.bpu_type]
-                     + [col[i] for col in columns.values()])) for i, n in enumerate(placement.nodes)]
+    rows = node_rows(placement, columns, march or march_of())
     for line in table.splitlines():
         log.info(line)
     if sim.fused and cosines:
