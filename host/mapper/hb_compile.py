@@ -63,6 +63,8 @@ def compile_config(ccfg: CompileConfig, float_model: Optional[onnx.ModelProto] =
         check_onnx_version(float_model, cfg.model.march, os.path.basename(cfg.model.onnx_model or "the model"))
     cfg = cfg.complete(float_inputs(cfg, float_model))
     check_custom_ops(cfg, float_model)
+    if ccfg.calibration_line:
+        log.info(ccfg.calibration_line)
     log_input_parameters(cfg)
     job = j6_job(ccfg, cfg, float_model)
     check_shape_inference(job)

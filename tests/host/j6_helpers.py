@@ -162,3 +162,68 @@ def bin_devices(path: str) -> Dict[str, str]:
         for n in step.source_nodes:
             out[n] = "BPU" if step.kind == model_pb2.PlanStep.BPU_SUBGRAPH else "CPU"
     return out
+
+
+# --- the FAQ's example models (ptq_faq_j6), shared by the pipeline-level and the hb_compile tests ---
+
+def scalar(name: str, value: float) -> onnx.TensorProto:
+    return numpy_helper.from_array(np.array(value, np.float32), name)
+
+
+def ends_in_conv(relu: bool) -> onnx.ModelProto:
+    """int32 case 1: x -> Conv -> Relu -> Conv (conv_tail) [-> Relu (relu_tail)] -> y."""
+    ns = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv_1", pads=[1, 1, 1, 1]),
+          helper.make_node("Relu", ["c1"], ["r1"], name="relu_1"),
+          helper.make_node("Conv", ["r1", "w2"], ["c2" if relu else "y"], name="conv_tail", pads=[1, 1, 1, 1])]
+    if relu:
+        ns.append(helper.make_node("Relu", ["c2"], ["y"], name="relu_tail"))
+    bias = numpy_helper.from_array(np.linspace(-0.5, 0.5, 8).astype(np.float32), "b1")
+    return model_of(ns, {"x": [1, 3, 8, 8]}, ["y"], [weight("w1", (8, 3, 3, 3), 1), bias, weight("w2", (4, 8, 3, 3), 2)])
+
+
+def int32_mul() -> onnx.ModelProto:
+    """int32 case 2: a Mul whose two inputs are int32 in the model."""
+    return model_of([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")], {"a": [1, 4, 8, 8], "b": [1, 4, 8, 8]},
+                    ["y"], input_types={"a": TensorProto.INT32, "b": TensorProto.INT32})
+
+
+def argmax(cast_to=None) -> onnx.ModelProto:
+    """int32 case 3, the FAQ's export with onnx.helper at opset 11: argmax(x, dim=1) over a 1x3xHxW input
+    [.to(cast_to)]."""
+    ns = [helper.make_node("ArgMax", ["input"], ["idx" if cast_to else "output"], name="argmax", axis=1, keepdims=0)]
+    if cast_to:
+        ns.append(helper.make_node("Cast", ["idx"], ["output"], name="cast", to=cast_to))
+    return model_of(ns, {"input": [1, 3, 16, 16]}, ["output"], opset=11)
+
+
+def where_neg_inf() -> onnx.ModelProto:
+    """Calibrated Cosine nan, case 1: the second input of Where is -Inf (an attention mask)."""
+    return model_of([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
+                     helper.make_node("Greater", ["c", "zero"], ["keep"], name="greater"),
+                     helper.make_node("Where", ["keep", "neg_inf", "c"], ["masked"], name="where"),
+                     helper.make_node("Softmax", ["masked"], ["y"], name="softmax", axis=1)],
+                    {"x": [1, 3, 8, 8]}, ["y"], [weight("w", (4, 3, 3, 3)), scalar("zero", 0.0),
+                                                    scalar("neg_inf", -np.inf)])
+
+
+def conv_reshape_concat(size: int = 8) -> onnx.ModelProto:
+    """unitconv: the FAQ's conv+reshape+concat model output, two Conv heads reshaped and concatenated
+    (a ``size`` x ``size`` input)."""
+    shape = numpy_helper.from_array(np.array([1, 4, size * size, 1], np.int64), "shape")
+    return model_of([helper.make_node("Conv", ["x", "w0"], ["f"], name="conv_body", pads=[1, 1, 1, 1]),
+                     helper.make_node("Relu", ["f"], ["r"], name="relu_body"),
+                     helper.make_node("Conv", ["r", "wa"], ["ca"], name="conv_a", pads=[1, 1, 1, 1]),
+                     helper.make_node("Conv", ["r", "wb"], ["cb"], name="conv_b", pads=[1, 1, 1, 1]),
+                     helper.make_node("Reshape", ["ca", "shape"], ["ra"], name="reshape_a"),
+                     helper.make_node("Reshape", ["cb", "shape"], ["rb"], name="reshape_b"),
+                     helper.make_node("Concat", ["ra", "rb"], ["y"], name="concat", axis=2)],
+                    {"x": [1, 3, size, size]}, ["y"], [weight("w0", (8, 3, 3, 3), 1), weight("wa", (4, 8, 3, 3), 2),
+                                                       weight("wb", (4, 8, 3, 3), 3), shape])
+
+
+def transpose_between_convs() -> onnx.ModelProto:
+    """A passive Transpose between two Convs (quant_config qtype on it alone does not take effect)."""
+    return model_of([helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv_1", pads=[1, 1, 1, 1]),
+                     helper.make_node("Transpose", ["c1"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
+                     helper.make_node("Conv", ["t", "w2"], ["y"], name="conv_2")],
+                    {"x": [1, 3, 8, 8]}, ["y"], [weight("w1", (8, 3, 3, 3), 1), weight("w2", (4, 8, 1, 1), 2)])

@@ -9,7 +9,7 @@ from onnx import TensorProto, helper
 from bpuemu.board.runtime import Runtime
 from bpuemu.host.hb_onnxruntime import HB_ONNXRuntime
 
-from j6_helpers import bin_devices, convert, model_of, nodes, weight
+from j6_helpers import argmax, bin_devices, convert, ends_in_conv, int32_mul, model_of, nodes, weight
 
 
 def _requantized(path: str, node: str) -> bool:
@@ -27,20 +27,10 @@ def _run_bin(path: str, feeds):
 
 # --- case 1: the tail Conv outputs int32 (J6E/M) or float32 (J6B/H/P) -----------------------------
 
-def _ends_in_conv(relu: bool):
-    ns = [helper.make_node("Conv", ["x", "w1", "b1"], ["c1"], name="conv_1", pads=[1, 1, 1, 1]),
-          helper.make_node("Relu", ["c1"], ["r1"], name="relu_1"),
-          helper.make_node("Conv", ["r1", "w2"], ["c2" if relu else "y"], name="conv_tail", pads=[1, 1, 1, 1])]
-    if relu:
-        ns.append(helper.make_node("Relu", ["c2"], ["y"], name="relu_tail"))
-    bias = onnx.numpy_helper.from_array(np.linspace(-0.5, 0.5, 8).astype(np.float32), "b1")
-    return model_of(ns, {"x": [1, 3, 8, 8]}, ["y"], [weight("w1", (8, 3, 3, 3), 1), bias, weight("w2", (4, 8, 3, 3), 2)])
-
-
 @pytest.mark.parametrize("march, dtype", [("nash-e", "int32"), ("nash-m", "int32"), ("nash-b", "float32"),
                                           ("nash-p", "float32")])
 def test_a_model_ending_in_conv_outputs_the_marchs_high_accuracy_type(tmp_path, march, dtype):
-    art, _ = convert(tmp_path, _ends_in_conv(relu=False), march=march)
+    art, _ = convert(tmp_path, ends_in_conv(relu=False), march=march)
     placed = nodes(art)
     assert placed["conv_tail"].on == "BPU" and placed["conv_tail"].output_dtype == dtype
     assert placed["conv_1"].output_dtype == "int8"
@@ -54,13 +44,13 @@ def test_a_model_ending_in_conv_outputs_the_marchs_high_accuracy_type(tmp_path, 
 
 
 def test_the_x5_keeps_the_tail_conv_int8_output(tmp_path):
-    art, _ = convert(tmp_path, _ends_in_conv(relu=False), march="bayes-e")
+    art, _ = convert(tmp_path, ends_in_conv(relu=False), march="bayes-e")
     assert _requantized(art.quantized, "conv_tail")
     assert nodes(art)["conv_tail"].output_dtype == ""          # the X5 flow resolves no output types
 
 
 def test_conv_relu_at_the_tail_the_relu_runs_on_the_cpu(tmp_path):
-    art, _ = convert(tmp_path, _ends_in_conv(relu=True), march="nash-e")
+    art, _ = convert(tmp_path, ends_in_conv(relu=True), march="nash-e")
     placed = nodes(art)
     assert placed["relu_tail"].on == "CPU" and placed["relu_tail"].reason.startswith("tail rule")
     assert placed["conv_tail"].output_dtype == "int32" and placed["relu_1"].on == "BPU"
@@ -71,8 +61,8 @@ def test_conv_relu_at_the_tail_the_relu_runs_on_the_cpu(tmp_path):
 def test_quant_config_forces_the_tail_relu_onto_the_bpu_at_some_accuracy(tmp_path):
     """The FAQ: quant_config puts the tail ReLU on the BPU; the Conv then outputs int8 (fused with the
     ReLU), one BPU subgraph instead of a CPU op, and some accuracy is lost."""
-    default, _ = convert(tmp_path, _ends_in_conv(relu=True), march="nash-e", name="default")
-    forced, _ = convert(tmp_path, _ends_in_conv(relu=True), march="nash-e", name="forced",
+    default, _ = convert(tmp_path, ends_in_conv(relu=True), march="nash-e", name="default")
+    forced, _ = convert(tmp_path, ends_in_conv(relu=True), march="nash-e", name="forced",
                         quant_config={"node_config": {"relu_tail": {"qtype": "int8"}}})
     placed = nodes(forced)
     assert placed["relu_tail"].on == "BPU" and placed["relu_tail"].output_dtype == "int8"
@@ -86,7 +76,7 @@ def test_a_qtype_on_the_tail_relu_at_model_level_does_not_force_it_and_the_log_s
     import logging
 
     with caplog.at_level(logging.INFO):   # a model-level default is logged at INFO, per node
-        art, _ = convert(tmp_path, _ends_in_conv(relu=True), march="nash-e",
+        art, _ = convert(tmp_path, ends_in_conv(relu=True), march="nash-e",
                          quant_config={"model_config": {"all_node_type": "int16"}})
     assert nodes(art)["relu_tail"].on == "CPU"
     assert "node relu_tail (Relu) output float32 on CPU: tail rule: quant_config model_config qtype int16" in caplog.text
@@ -95,9 +85,7 @@ def test_a_qtype_on_the_tail_relu_at_model_level_does_not_force_it_and_the_log_s
 # --- case 2: an operator whose inputs are already int32 runs on the BPU unquantized ---------------
 
 def test_a_mul_of_int32_inputs_runs_on_the_bpu_without_quantization(tmp_path):
-    m = model_of([helper.make_node("Mul", ["a", "b"], ["y"], name="mul")], {"a": [1, 4, 8, 8], "b": [1, 4, 8, 8]},
-                 ["y"], input_types={"a": TensorProto.INT32, "b": TensorProto.INT32})
-    art, _ = convert(tmp_path, m, march="nash-e")
+    art, _ = convert(tmp_path, int32_mul(), march="nash-e")
     placed = nodes(art)
     assert placed["mul"].on == "BPU" and placed["mul"].output_dtype == "int32"
     q = onnx.load(art.quantized)
@@ -110,16 +98,8 @@ def test_a_mul_of_int32_inputs_runs_on_the_bpu_without_quantization(tmp_path):
 
 # --- case 3: ArgMax needs a Cast to int8/int16/int32 to run on the BPU ------------------------------
 
-def _argmax(cast_to=None):
-    """The FAQ's export, with onnx.helper at opset 11: argmax(x, dim=1) over a 1x3xHxW input [.to(cast_to)]."""
-    ns = [helper.make_node("ArgMax", ["input"], ["idx" if cast_to else "output"], name="argmax", axis=1, keepdims=0)]
-    if cast_to:
-        ns.append(helper.make_node("Cast", ["idx"], ["output"], name="cast", to=cast_to))
-    return model_of(ns, {"input": [1, 3, 16, 16]}, ["output"], opset=11)
-
-
 def test_argmax_without_a_cast_runs_on_the_cpu(tmp_path):
-    art, _ = convert(tmp_path, _argmax(), march="nash-p")
+    art, _ = convert(tmp_path, argmax(), march="nash-p")
     placed = nodes(art)
     assert placed["argmax"].on == "CPU" and "ArgMax outputs int64" in placed["argmax"].reason
     assert placed["argmax"].output_dtype == "int64"
@@ -129,7 +109,7 @@ def test_argmax_without_a_cast_runs_on_the_cpu(tmp_path):
 @pytest.mark.parametrize("to, dtype", [(TensorProto.INT8, "int8"), (TensorProto.INT16, "int16"),
                                        (TensorProto.INT32, "int32")])
 def test_argmax_with_a_cast_runs_on_the_bpu(tmp_path, to, dtype):
-    art, _ = convert(tmp_path, _argmax(to), march="nash-p")
+    art, _ = convert(tmp_path, argmax(to), march="nash-p")
     placed = nodes(art)
     assert placed["argmax"].on == "BPU" and placed["cast"].on == "BPU"
     assert placed["cast"].output_dtype == dtype

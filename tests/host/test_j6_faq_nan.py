@@ -8,21 +8,7 @@ import numpy as np
 import pytest
 from onnx import TensorProto, helper, numpy_helper
 
-from j6_helpers import convert, model_of, nodes, weight
-
-
-def _scalar(name: str, value: float):
-    return numpy_helper.from_array(np.array(value, np.float32), name)
-
-
-def _where_neg_inf():
-    """Case 1: the second input of Where is -Inf (an attention mask)."""
-    return model_of([helper.make_node("Conv", ["x", "w"], ["c"], name="conv", pads=[1, 1, 1, 1]),
-                     helper.make_node("Greater", ["c", "zero"], ["keep"], name="greater"),
-                     helper.make_node("Where", ["keep", "neg_inf", "c"], ["masked"], name="where"),
-                     helper.make_node("Softmax", ["masked"], ["y"], name="softmax", axis=1)],
-                    {"x": [1, 3, 8, 8]}, ["y"], [weight("w", (4, 3, 3, 3)), _scalar("zero", 0.0),
-                                                    _scalar("neg_inf", -np.inf)])
+from j6_helpers import convert, model_of, nodes, scalar, weight, where_neg_inf
 
 
 def _concat_of_zeros():
@@ -50,12 +36,12 @@ def _cast_equal():
                      helper.make_node("Mul", ["c", "ef"], ["mm"], name="mul"),
                      helper.make_node("Conv", ["mm", "w2"], ["y"], name="conv_out")],
                     {"x": [1, 3, 8, 8], "m": [1, 1, 8, 8]}, ["y"],
-                    [weight("w", (4, 3, 3, 3)), weight("w2", (4, 4, 1, 1), 3), _scalar("two", 2.0), _scalar("zero", 0.0)])
+                    [weight("w", (4, 3, 3, 3)), weight("w2", (4, 4, 1, 1), 3), scalar("two", 2.0), scalar("zero", 0.0)])
 
 
 @pytest.mark.filterwarnings("ignore:invalid value encountered")
 @pytest.mark.parametrize("build, node, words", [
-    (_where_neg_inf, "where", "its input neg_inf is -Inf (a Where whose second input is -Inf)"),
+    (where_neg_inf, "where", "its input neg_inf is -Inf (a Where whose second input is -Inf)"),
     (_concat_of_zeros, "add", "its input s is all zeros on every calibration sample (a Concat of all-0 constants (concat)"),
     (_cast_equal, "mul", "its input ef is all zeros on every calibration sample (a Cast of the Equal equal"),
 ])

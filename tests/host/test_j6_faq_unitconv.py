@@ -7,21 +7,7 @@ from onnx import helper, numpy_helper
 
 from bpuemu.common.errors import InvalidInput
 
-from j6_helpers import bin_devices, convert, model_of, nodes, weight
-
-
-def _conv_reshape_concat():
-    """Two Conv heads, each reshaped, concatenated into the model output."""
-    shape = numpy_helper.from_array(np.array([1, 4, 64, 1], np.int64), "shape")
-    return model_of([helper.make_node("Conv", ["x", "w0"], ["f"], name="conv_body", pads=[1, 1, 1, 1]),
-                     helper.make_node("Relu", ["f"], ["r"], name="relu_body"),
-                     helper.make_node("Conv", ["r", "wa"], ["ca"], name="conv_a", pads=[1, 1, 1, 1]),
-                     helper.make_node("Conv", ["r", "wb"], ["cb"], name="conv_b", pads=[1, 1, 1, 1]),
-                     helper.make_node("Reshape", ["ca", "shape"], ["ra"], name="reshape_a"),
-                     helper.make_node("Reshape", ["cb", "shape"], ["rb"], name="reshape_b"),
-                     helper.make_node("Concat", ["ra", "rb"], ["y"], name="concat", axis=2)],
-                    {"x": [1, 3, 8, 8]}, ["y"], [weight("w0", (8, 3, 3, 3), 1), weight("wa", (4, 8, 3, 3), 2),
-                                                    weight("wb", (4, 8, 3, 3), 3), shape])
+from j6_helpers import bin_devices, conv_reshape_concat, convert, model_of, nodes, weight
 
 
 def _cpu_ops(art):
@@ -34,12 +20,12 @@ def _subgraphs(art):
 
 @pytest.mark.parametrize("march", ["nash-e", "nash-p"])
 def test_a_unitconv_after_the_tail_concat_moves_it_onto_the_bpu_at_some_accuracy(tmp_path, march):
-    default, _ = convert(tmp_path, _conv_reshape_concat(), march=march, name="default", samples=6)
+    default, _ = convert(tmp_path, conv_reshape_concat(), march=march, name="default", samples=6)
     placed = nodes(default)
     assert _cpu_ops(default) == ["concat", "reshape_a", "reshape_b"]            # the FAQ's default
     assert placed["conv_a"].output_dtype == placed["conv_b"].output_dtype == ("int32" if march == "nash-e" else "float32")
 
-    with_unitconv, _ = convert(tmp_path, _conv_reshape_concat(), march=march, name="unitconv", samples=6,
+    with_unitconv, _ = convert(tmp_path, conv_reshape_concat(), march=march, name="unitconv", samples=6,
                                quant_config={"node_config": {"concat": {"unitconv": "after"}}})
     placed = nodes(with_unitconv)
     assert _cpu_ops(with_unitconv) == []                                         # the whole structure on the BPU

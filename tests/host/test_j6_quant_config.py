@@ -13,7 +13,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.common.march import march
 from bpuemu.host.quant.quant_config import parse_quant_config
 
-from j6_helpers import bin_devices, convert, model_of, nodes, weight
+from j6_helpers import bin_devices, convert, model_of, nodes, transpose_between_convs, weight
 
 #: The FAQ's shape of a quant_config: model defaults, per op type, per node.
 FAQ_CONFIG = {
@@ -125,12 +125,8 @@ def test_op_constraint_int16_softmax_falls_back_and_the_log_says_why(tmp_path, c
 
 def test_passive_op_qtype_does_not_take_effect_and_the_log_says_why(tmp_path, caplog):
     """qtype int16 on a Transpose alone: it takes its neighbours' threshold and type (passive quantization)."""
-    m = model_of([helper.make_node("Conv", ["x", "w1"], ["c1"], name="conv_1", pads=[1, 1, 1, 1]),
-                  helper.make_node("Transpose", ["c1"], ["t"], name="transpose", perm=[0, 1, 3, 2]),
-                  helper.make_node("Conv", ["t", "w2"], ["y"], name="conv_2")],
-                 {"x": [1, 3, 8, 8]}, ["y"], [weight("w1", (8, 3, 3, 3), 1), weight("w2", (4, 8, 1, 1), 2)])
     with caplog.at_level(logging.WARNING):
-        art, _ = convert(tmp_path, m, quant_config={"node_config": {"transpose": {"qtype": "int16"}}})
+        art, _ = convert(tmp_path, transpose_between_convs(), quant_config={"node_config": {"transpose": {"qtype": "int16"}}})
     placed = nodes(art)
     assert placed["transpose"].on == "BPU" and placed["transpose"].output_dtype == "int8"
     assert placed["transpose"].qtype_note.startswith("passive quantization")
