@@ -18,7 +18,7 @@ from onnx import TensorProto
 
 from bpuemu.host.config.j6 import load_compile_config
 
-from j6_helpers import (argmax, cal_dir, conv_model, conv_reshape_concat, ends_in_conv, int32_mul,
+from j6_helpers import (argmax, cal_dir, conv_model, conv_reshape_concat, convert, ends_in_conv, int32_mul,
                         transpose_between_convs, where_neg_inf, write_yaml)
 
 
@@ -84,6 +84,36 @@ def _agree(c: Compiled) -> None:
         assert {k: c.csv[node][k] for k in row} == row
 
 
+# --- one node table: the placement's output_dtype, the csv and the quantized model agree -------------
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+@pytest.mark.parametrize("model, march, config", [
+    (lambda: ends_in_conv(relu=True), "nash-e", None),
+    (lambda: ends_in_conv(relu=True), "nash-p", {"node_config": {"conv_1": {"qtype": "float16"}}}),
+    (int32_mul, "nash-e", None),
+    (lambda: argmax(TensorProto.INT16), "nash-p", None),
+    (where_neg_inf, "nash-e", None),
+    (conv_reshape_concat, "nash-b", {"node_config": {"concat": {"unitconv": "after"}}}),
+], ids=["conv_relu", "float16", "int32_mul", "argmax_cast", "where", "unitconv"])
+def test_output_data_type_is_the_placements_and_the_quantized_models(tmp_path, model, march, config):
+    """The table's Output Data Type is NodePlacement.output_dtype, and the quantized model says the same
+    but where the table shows what the board does: float16 (emulated with int16) and an ArgMax fused with
+    its Cast (int64 in the model)."""
+    from bpuemu.common.march import march as march_of
+    from bpuemu.host.convert.nodetable import model_output_dtypes
+    from bpuemu.host.compiler.placement import Placement
+
+    art, _ = convert(tmp_path, model(), march=march, quant_config=config)
+    table = {r["Node"]: r["Output Data Type"] for r in art.node_rows}
+    assert table == {n.name: n.output_dtype for n in art.nodes}
+    with open(art.node_info) as f:
+        assert {r["Node"]: r["Output Data Type"] for r in csv.DictReader(f)} == table
+    from_model = model_output_dtypes(Placement(art.nodes), onnx.load(art.quantized), march_of(march))
+    explained = {("float16", "int16"), ("int16", "int64")}
+    differ = {n: (table[n], from_model[n]) for n in table if table[n] != from_model[n]}
+    assert set(differ.values()) <= explained, differ
+
+
 # --- int32 case 1: the tail Conv; Conv+ReLU at the tail ---------------------------------------------
 
 @pytest.mark.parametrize("march, dtype", [("nash-e", "int32"), ("nash-p", "float32")])
@@ -132,6 +162,7 @@ def test_calibrated_cosine_nan_is_named_in_the_log_with_the_reason(tmp_path):
     c = hb_compile(tmp_path, where_neg_inf())
     why = "its input neg_inf is -Inf (a Where whose second input is -Inf)"
     assert c.table["where"]["Calibrated Cosine"] == "nan"
+    assert c.on("greater") == "CPU" and c.dtype("greater") == "bool"   # a CPU node shows its tensor's own type
     assert re.search(r"WARNING Calibrated Cosine of node where \(Where\) is nan: .*" + re.escape(why), c.log)
     assert why in c.csv["where"]["Note"]
     assert math.isfinite(c.output_cosine())                  # the conversion completed
