@@ -13,7 +13,7 @@ from onnx import TensorProto, helper
 
 from bpuemu.common.march import March
 from bpuemu.host.compiler.optable import BPU_OPS, check_constraints
-from bpuemu.host.onnxgraph import GraphIndex, TensorInfo, tensor_infos
+from bpuemu.host.onnxgraph import GraphIndex, TensorInfo, elem_type_name, tensor_infos
 
 #: Where a qtype comes from when it is only the model's default (it forces nothing onto the BPU).
 MODEL_LEVEL = "model_config"
@@ -27,9 +27,7 @@ INTEGER_INPUT_OPS = frozenset({"Mul", "Add", "Sub"})
 
 def dtype_name(info: Optional[TensorInfo]) -> str:
     """"int32", "float32", ... for a tensor's element type ("float32" when unknown)."""
-    if info is None or not info.elem_type:
-        return "float32"
-    return helper.tensor_dtype_to_np_dtype(info.elem_type).name
+    return elem_type_name(info.elem_type) if info is not None else "float32"
 
 
 class _Graph:

@@ -29,14 +29,9 @@ import onnx
 
 from bpuemu.common.march import March
 from bpuemu.host.compiler.optable import BPU_OPS
-from bpuemu.host.onnxgraph import Q, GraphIndex
+from bpuemu.host.onnxgraph import Q, GraphIndex, elem_type_name
 from bpuemu.host.quant.precision import FLOAT16, FLOAT16_EMULATION
 
-#: ONNX elem types as the node table names them.
-_DTYPE = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT8: "int8",
-          onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT16: "uint16",
-          onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool",
-          onnx.TensorProto.DOUBLE: "float64"}
 J6_COLUMNS = ("Output Data Type", "Calibrated Cosine", "Threshold")
 #: The column ``*_node_info.csv`` adds to the log table's.
 NOTE = "Note"
@@ -64,7 +59,7 @@ def model_output_dtypes(placement, quantized: onnx.ModelProto, march: March) -> 
         if q is None:
             return None
         zp = q.input[2] if len(q.input) > 2 and q.input[2] else ""
-        return _DTYPE.get(types.get(zp, onnx.TensorProto.UINT8), "int8")
+        return elem_type_name(types.get(zp, onnx.TensorProto.UINT8), "int8")
 
     out = {}
     for p in placement.nodes:
@@ -81,7 +76,7 @@ def model_output_dtypes(placement, quantized: onnx.ModelProto, march: March) -> 
                 dtype = quantized_as(readers[0].output[0])
         if dtype is None and p.on == "BPU" and BPU_OPS.get(p.op_type) and BPU_OPS[p.op_type].int32_output:
             dtype = march.tail_output_dtype   # the model-tail Conv's high-accuracy output
-        out[p.name] = dtype or _DTYPE.get(types.get(t, 0), "float32")
+        out[p.name] = dtype or elem_type_name(types.get(t, 0))
     return out
 
 

@@ -41,7 +41,7 @@ from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
 from bpuemu.host.convert.optimizer import optimize
 from bpuemu.host.convert.preprocess import InputPreprocess, insert_preprocess
-from bpuemu.host.onnxgraph import graph_inputs, has_qdq, load_onnx, name_nodes, open_session
+from bpuemu.host.onnxgraph import elem_type_name, graph_inputs, has_qdq, load_onnx, name_nodes, open_session
 from bpuemu.host.quant.stages import StageClock, stages_line
 
 log = logging.getLogger("bpuemu.host.makertbin")
@@ -383,9 +383,7 @@ def _input_dtype(model: onnx.ModelProto, name: str) -> str:
     """The element type of input ``name`` of ``model`` ("float32" unless the model says otherwise: an int32
     featuremap runs as int32, ptq_faq_j6 int32 case 2)."""
     vi = next((i for i in model.graph.input if i.name == name), None)
-    if vi is None or not vi.type.tensor_type.elem_type:
-        return "float32"
-    return np.dtype(onnx.helper.tensor_dtype_to_np_dtype(vi.type.tensor_type.elem_type)).name
+    return elem_type_name(vi.type.tensor_type.elem_type) if vi is not None else "float32"
 
 
 def _apply_quant_config_to_model(original: onnx.ModelProto, qconfig) -> onnx.ModelProto:
