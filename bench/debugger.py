@@ -30,34 +30,8 @@
 
 The machine is shared and noisy: FPS ratios are measured side by side in one run.
 
-Measured (det at 160x160, 20 calibration / 30 held-out images, runall data_num 10,
-2 cores shared with 6 other jobs, load 7-9; hrt_model_exec FPS swung 0.7-1.1x
-between identical models, so only the X5 estimate column is stable):
-
-* ``--data pages``: default 0.99077 mean / 0.96818 min; the ranking's top 5 all
-  int16 (Conv.6, Conv.2, Conv.10, Add.4/Add.12 HardSwish) 0.99495 / 0.96789;
-  random 5 nodes 0.99127 (mean of 3 draws). runall's own check (each remedy
-  simulated alone on 10 calibration samples) rejected all three candidates below
-  pick_threshold, so "debugger advice" changed nothing: a false negative.
-* ``--data mixed`` (issue 11's 0.89 / min 0.0 reproduced): default 0.89308 /
-  0.00000; 10 of 30 held-out images have a float output below half an int8 step
-  (no text), 3 of them score exactly 0.0 by definition. On the 20
-  others: default 0.98962, checked advice 0.98169, ranking top-5 int16 0.97912,
-  random 0.98736. Nothing reached 0.95 on all images: Sigmoid.0 (the output)
-  int16 in and out gave 0.89309, Sigmoid.0 on the CPU 0.82291 (float sigmoid of
-  int8 logits turns the blank maps' ~1e-7 values into noise).
-* int16 is int16 end to end: every configured node reads int16 activations and
-  writes int16 (weights int8, bias int32), per-channel scales kept; a fake-quant
-  simulation on held-out images agrees in direction with the converted model
-  (Mul.4 int16: 0.9865 -> 0.9807 simulated, 0.9896 -> 0.9820 converted).
-* Why int16 can hurt here: errors of different nodes cancel. Keeping Add.11 (the
-  input of a HardSwish) float in the fake-quant model, everything else int8,
-  lowers held-out cosine 0.99282 -> 0.98808; keeping Conv.2's weights float,
-  0.99282 -> 0.98725. On the mixed set, single changes to ranked nodes (Conv.2,
-  Add.6, Mul.4 int16; Conv.10 int16 or CPU) each lowered the non-blank cosine
-  (0.98962 -> 0.97545 .. 0.98472); Sigmoid.0 int16 or CPU left it unchanged.
-* runall on PP-OCRv4 det (201 nodes, 268 calibration nodes): 133-172 s with
-  data_num 10, 197 s with all 20 samples; cls (48x192) 60 s with data_num 2.
+Figures measured with it (det 160x160, ``--data pages`` and ``--data mixed``) are in
+bench/RESULTS.md.
 """
 import argparse
 import logging

@@ -28,29 +28,8 @@ group gets one core, and two boards cannot be faster than one. The CPU time
 per line tells the run's own cost apart from the machine's load (the CPU rows
 stay flat when the wall rows move).
 
-Measured (2026-12-01, 2 cores shared with three other engineers' jobs):
-- before, 1000 lines: 0.65x at load average 10-16, 0.71x at 6-8; 200 lines
-  1.38x at 5-7; "each board's per-line time nearly triples over the longer
-  2-board run". Over 1000 lines at load 4.5-5.8 the CPU time per line stays
-  flat from the first quarter to the last (client 4.9-5.9 ms, boards 40-48
-  ms in all, 1 board and 2 alike) while the wall time per line moves
-  48-101 ms with the load: nothing grows with the run; the wall time is the
-  share of the two cores the run gets.
-- The data channel kept one form of call per connection, and the evaluation
-  calls the classifier and the recogniser in turn, so every call was encoded
-  and parsed in full on both ends; it now keeps eight (a few tens of
-  microseconds a call: small beside a line's 45 ms).
-- 1000 lines at load average 2.0 (1.8 at the end): 1 board 50.3 s (50.3 ms
-  per line, CPU 5.4-7.4 client + 42-45 board), 2 boards 24.0 s (22-27 ms per
-  line, CPU 4.8-5.5 + 19-23 + 19-23): 2.10x, metrics identical; the CPU
-  allows 2.15x.
-- The same command 24 minutes later, at load average 4.3-6.5 with another
-  engineer's OCR evaluation busy: 1 board 49.2 s, 2 boards 46.5 s: 1.06x,
-  CPU per line as flat (client 4.1-4.9, boards 34-39 ms in all): the group
-  got ~0.85 of a core in both runs. Again at 18:56, load 3.5 -> 2.9 (one
-  other session's niced jobs): 46.5 s vs 37.1 s, 1.25x, CPU per line client
-  3.6-4.7, boards 33-39 ms in all. The goal is met only when the machine's
-  other sessions leave this one two cores.
+Latest figures (bench/RESULTS.md has every run): 1000 lines, 2 boards over 1: 2.10x with the two
+cores free, 1.06-1.25x with other sessions busy beside it; the CPU time per line stays flat.
 """
 import argparse
 import os

@@ -19,15 +19,8 @@ and wrote the same artifacts (the .bin compared without the working_dir it
 records). ``--first`` times first conversions instead (the statistics cache off
 for every timed run; the untimed first conversion then only warms up).
 
-What it measured (tail's changes of 2 Dec: the cosine table's compiled cosines,
-the default search's sessions opened once each on a thread of their own),
-``--before`` a checkout of f56572f, det 640 x 100, 3 rounds, 00:29-00:33 UTC, load
-1.6-2.1: median wall 20.55 -> 16.36 s, CPU 32.0 -> 25.6 s; search 7.80 s (1.67
-cores) -> 6.21 s (1.85), cosine table 9.12 s (1.67 cores) -> 6.86 s (1.57),
-statistics 0.31 -> 0.29 s, emit/compile 0.40 -> 0.46 s, the rest 1.52 -> 1.25
-s; the same table and artifacts. Peak RSS 864 -> 1003 MB: importing numba and
-loading the kernel take about 160 MB, which a first conversion pays for its
-statistics kernels anyway.
+Latest figure (bench/RESULTS.md): det 640 x 100, 3 rounds, median wall 20.55 -> 16.36 s (0.80x) over
+the cosine table's compiled cosines and the search's sessions opened once each.
 """
 import argparse
 import json

@@ -42,20 +42,8 @@ each), and the goals:
 - afterwards: every job slot free again, no partial upload in the store, the
   daemon SERVING, and a clean exit on SIGTERM.
 
-Measured (60 min, --interval 60, main a285515, 19:04-20:05 UTC, load ~5; beside it the same soak
-of a baseline daemon: MALLOC_ARENA_MAX=16, glibc's default here, and no malloc_trim after unload):
-
-    min           1      5     10     15     20     25     30     35     40     45     50     55     60
-    RSS MB     95.9   96.5   96.7   96.9   97.2   97.4   97.3   97.6   97.6   97.7   97.8   97.8   97.9
-    anon MB    45.0   45.6   45.8   46.1   46.3   46.6   46.5   46.7   46.7   46.8   46.9   47.0   47.1
-    calls     10151   9596   9997   9652   8962  10074   9436   9804   8729   9020   9021  10046   9996
-    fds          18     18     19     18     18     19     18     18     18     18     18     18     18
-    threads      25     25     23     23     23     27     23     25     23     25     23     25     23
-    baseline   98.2   99.5  100.9  101.0  101.2  101.6  102.0  102.2  102.5  102.1  101.8  102.9  103.4
-
-  slope +1.57 MB/hour (PASS; baseline +3.40, FAIL), 573,136 calls (baseline 575,219), 0 unexpected
-  errors, 2,391 expected (cancelled perf), 592 clients killed mid-call, 5,143 models stored; fds
-  18 -> 18, threads 25 -> 23 (min 23, max 27: perf jobs, timers and connections come and go).
+Latest figure (bench/RESULTS.md has the run's table): 60 minutes, RSS slope +1.57 MB/hour against a
+baseline daemon's +3.40, 0 unexpected errors, fds and threads flat.
 
 Exit status 1 when a goal is missed. Loopback only; every loop is bounded by
 the run time, every call by its deadline; the daemon and all fault clients are

@@ -7,7 +7,7 @@ imports nothing of bpuemu, so any Python that has torch can run it (bench/x5_tim
 calls it in a subprocess, ``--torch-python``). No network: pretrained=False everywhere,
 ultralytics models are built from their yaml.
 
-How each ``architecture_source`` (bench/x5_fit.csv, /work/shared/x5/README.md) is rebuilt:
+How each ``architecture_source`` (bench/x5_fit.csv, bench/x5_check.csv) is rebuilt:
 
 - ``timm:NAME``: ``timm.create_model(NAME, pretrained=False)``, then
   ``timm.utils.model.reparameterize_model`` (fuses MobileOne, RepVGG, FastViT, ...; a no-op

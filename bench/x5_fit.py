@@ -1,14 +1,16 @@
 #!/usr/bin/env python3
 """Fit the X5 timing model's parameters to published RDK X5 measurements (re-runnable).
 
-    python bench/x5_fit.py                       # fit, print the figures, rewrite the parameter table
-    python bench/x5_fit.py --dry-run             # fit and print, leave host/compiler/timing/x5.py alone
+    python bench/x5_timing.py --set fit          # first: convert the fit set's models (needs .[x5bench])
+    python bench/x5_fit.py                       # fit and print the figures
+    python bench/x5_fit.py --write               # ... and write the fitted values into the parameter table
     python bench/x5_fit.py --evaluate            # no fit: the current parameters' figures
-    python bench/x5_fit.py --csv ../shared/x5/x5_fit.csv --bins /work/x5cache/bin
+    python bench/x5_fit.py --csv my.csv --cache DIR
 
-Inputs: the published figures (``--csv``, x5_fit.csv: 1-thread latency, FPS at ``threads``) and
-each model's `.bin` converted with ``hb_mapper makertbin --fast-perf`` (``--bins``/<model>/*.bin;
-bench/x5_timing.py builds them). The procedure:
+Inputs: the published figures (``--csv``, default bench/x5_fit.csv: 1-thread latency, FPS at
+``threads``) and each model's `.bin` converted with ``hb_mapper makertbin --fast-perf``, as
+bench/x5_timing.py converts them into its cache (``--cache``, default x5_timing's, the featuremap
+.bins under DIR/bin/<model>/; ``--bins`` names such a folder directly). The procedure:
 
 1. Features, once per `.bin` (cached beside it as x5_features.pkl, keyed by the file's SHA-256):
    every BPU layer's kind, work, DDR bytes and fusion, every other plan step's kind and elements,
@@ -25,7 +27,8 @@ bench/x5_timing.py builds them). The procedure:
    not fitted at all: the fast-perf fit set runs everything on the BPU.
 4. Held-out figures: the same fit K times, each leaving a fold of models out and predicting them
    (5-fold): what the model does on models not used for fitting.
-5. The fitted values are written into x5.py between its FITTED markers, with the date.
+5. With ``--write`` only: the fitted values are written into host/compiler/timing/x5.py between
+   its FITTED markers, with the date.
 """
 import argparse
 import csv
@@ -40,11 +43,13 @@ from typing import Dict, List
 
 import numpy as np
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-DEFAULT_CSV = os.path.join(os.path.dirname(ROOT), "shared", "x5", "x5_fit.csv")
-if not os.path.exists(DEFAULT_CSV):
-    DEFAULT_CSV = "/work/shared/x5/x5_fit.csv"
-DEFAULT_BINS = "/work/x5cache/bin"
+HERE = os.path.dirname(os.path.abspath(__file__))
+ROOT = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+from x5_timing import DEFAULT_CACHE, SETS, Cache  # noqa: E402  (bench/x5_timing.py: the files it converts)
+
+#: The published figures the project ships (bench/x5_fit.csv).
+DEFAULT_CSV = SETS["fit"]
 #: Each parameter stays within this factor (e**BOUND = 100x) of its physical starting value.
 BOUND = np.log(100.0)
 X5_PY = os.path.join(ROOT, "host", "compiler", "timing", "x5.py")
@@ -214,13 +219,17 @@ def write_parameters(values: Dict[str, float], source: str, path: str = X5_PY) -
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--csv", default=DEFAULT_CSV)
-    ap.add_argument("--bins", default=DEFAULT_BINS)
-    ap.add_argument("--dry-run", action="store_true", help="do not rewrite the parameter table")
+    ap.add_argument("--csv", default=DEFAULT_CSV, help="published figures (default: bench/x5_fit.csv)")
+    ap.add_argument("--cache", default=DEFAULT_CACHE, help="bench/x5_timing.py's cache (its --cache)")
+    ap.add_argument("--bins", help="the folder of <model>/*.bin (default: the cache's featuremap .bins)")
+    ap.add_argument("--write", action="store_true",
+                    help="write the fitted values into host/compiler/timing/x5.py's parameter table")
     ap.add_argument("--evaluate", action="store_true", help="no fit: the current parameters' figures")
     ap.add_argument("--folds", type=int, default=5, help="held-out folds (0: none)")
     ap.add_argument("--iterations", type=int, default=40)
     args = ap.parse_args(argv)
+    if args.bins is None:
+        args.bins = os.path.dirname(Cache(args.cache).bin_dir("-"))
 
     from bpuemu.common.container import read_bin
     from bpuemu.host.compiler.timing.estimate import estimate_model
@@ -238,7 +247,8 @@ def main(argv=None) -> int:
     if missing:
         print(f"no .bin yet for {len(missing)} model(s): {', '.join(missing)}", file=sys.stderr)
     if not data:
-        print("ERROR no converted model found under " + args.bins, file=sys.stderr)
+        print(f"ERROR no converted model found under {args.bins}: run python bench/x5_timing.py --set fit "
+              f"--cache {args.cache} first (it needs pip install -e .[x5bench])", file=sys.stderr)
         return 1
     # the fit's formulas are the tools': check on the first model
     first_row = data[0][0]
@@ -269,7 +279,7 @@ def main(argv=None) -> int:
     print("\nfitted parameters:")
     for n in names:
         print(f"  {n:<24} {fitted[n]:12.6g}   (start {START_VALUES[n]:g})")
-    if not args.dry_run:
+    if args.write:
         today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         values = {n: (fitted[n] if n in fitted else START_VALUES[n]) for n in FITTED_VALUES}
         write_parameters(values, f"fitted by bench/x5_fit.py on x5_fit.csv ({len(data)} models), {today}")

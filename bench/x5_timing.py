@@ -35,30 +35,9 @@ An error is modeled / published - 1. The published FPS of a row is measured with
 ``threads`` threads (2 for the YOLO tables; 4 inferred for the classification tables,
 which do not say; rows without it are taken at 4).
 
-Measured (2026-12-01, featuremap .bins, 39 fit + 25 check models):
-
-- before the timing model (hb_perf's estimate, one frame in flight; ``PYTHONPATH`` at a tree of
-  commit 87b7570 as ``bpuemu``, ``--estimator line --no-build``): fit FPS median |error| 46 %,
-  5/39 within 15 %, 12/39 within 20 %, Spearman 0.956, latency median 52 %; check FPS 51 %,
-  9/25 within 15 %, 10/25 within 20 %, Spearman 0.904, latency 47 %. 1.5-2.7x optimistic on
-  CNN classifiers (ResNet18 740 vs 449 FPS), 4.4x on EfficientViT-M5; the 640x640 YOLOs
-  0.78-0.92x at the m size, 1.17-1.81x at the n size.
-- the timing model's first parameters (starting guesses, 16:20): fit 44 % / 8 of 39 within 20 %,
-  Spearman 0.77; check 58 % / 6 of 25 within 20 %, Spearman 0.36: nets with GELU (Erf), LayerNorm
-  (Sqrt, Div) or attention reductions (ReduceMax/ReduceSum/Div) are split into 15-30 BPU subgraphs
-  around CPU ops and modeled 10-40x too slow (ConvNeXt-atto 62 ms vs 1.96 ms, RepViT-m1.0 78 ms
-  vs 1.97 ms); plain CNNs within 0.7-1.4x.
-- the fitted model (main 22921e0, ``--no-build``): fit FPS median 8 %, 24/39 within 15 %, 32/39
-  within 20 %, Spearman 0.975, latency median 10 %; check FPS median 12 %, 14/25 within 15 %,
-  17/25 within 20 %, Spearman 0.960, latency median 17 %: of the goals only the rank correlation
-  is met. Off on the check set: RepViT-m1.0 (x0.45), FasterNet-T1 (x0.64), EfficientFormerV2-S1
-  (x0.65), EfficientFormer-L3 (x1.54), EfficientViT-M5 (x1.39), FastViT-S12/T12 (x1.2). The
-  grouped-convolution costing (5df1283) was changed after RepVGG-B1g4, a check-set model, showed
-  x0.61 (now x0.94): that row is no longer fully held out.
-- the same model on nv12 .bins (``--input-type nv12``, as the boards run them): fit FPS median
-  15 %, 28/39 within 20 %; check FPS median 15 %, 16/25 within 20 %, Spearman 0.958, latency
-  median 22 %; the small YOLOs' 1-thread latency 1.3-1.5x the published (the fit, made on
-  featuremap .bins, has absorbed the nv12 conversion that these .bins add explicitly).
+Latest figures (bench/RESULTS.md has every run, with its date and commit): the fitted model on
+featuremap .bins, fit set FPS median error 8 %, 32/39 within 20 %, Spearman 0.975; check set FPS
+median error 12 %, 17/25 within 20 %, Spearman 0.960, latency median error 17 %.
 """
 import argparse
 import csv

@@ -112,8 +112,9 @@ class _DataChannel:
     A board on this machine (a loopback address): while a call waits for its reply, its thread is kept on the
     CPU it sent the request from, and given its CPUs back once the reply is in. The board runs the frame on
     that CPU too (hrt_boardd follows its client's CPU, bpuemu.board.daemon.datachannel), so on an idle
-    machine neither end wakes a core that went idle: in this project's 2-core VMs an idle core halts at once
-    and waking it again cost each infer about 0.15 ms (bench/board_perf.py shows how often the cores idled).
+    machine neither end wakes a core that went idle: on a virtual machine whose idle cores halt at once
+    (cpuidle haltpoll) waking one costs each infer a hypervisor round trip (bench/board_perf.py shows how
+    often the cores idled).
     Only while no two data channel calls of this process have been under way together for a second: two
     calls kept on one CPU would wait for each other.
     """

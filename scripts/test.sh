@@ -27,4 +27,6 @@ if [ -n "$missing" ]; then
 fi
 
 scripts/setup_env.sh test
-exec .venv/bin/python -m pytest tests "$@"
+# Both cores (pytest-xdist); the modules tests/conftest.py puts in one group (timing, many daemons) run
+# one after the other on one worker. The ten slowest tests are listed at the end.
+exec .venv/bin/python -m pytest tests -n 2 --dist loadgroup --durations=10 "$@"

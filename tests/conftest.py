@@ -40,6 +40,45 @@ def calibration_cache(tmp_path, monkeypatch):
     return path
 
 
+# --- running on both cores (pytest-xdist: scripts/test.sh runs -n 2 --dist loadgroup) --------
+# Each module below runs on one worker, its tests one after the other, never beside another test of its
+# group: those that hold deadlines and time frames or calls against a bound, and those that start
+# several daemons or subprocess trees at once (they would otherwise double the machine's load).
+
+SERIAL_GROUPS = {
+    "timing": ("board/test_security.py", "board/test_faults.py", "board/test_x5_pacing.py",
+               "board/test_data_channel.py", "board/test_data_channel_buffers.py", "board/test_memory.py",
+               "board/test_metrics.py", "board/test_daemon.py", "host/test_ssh_faults.py",
+               "common/test_x5_schedule.py", "test_bench_load.py", "test_bench_rerun_ab.py", "test_bench_soak.py"),
+    "daemons": ("board/test_farm.py", "host/test_ocr_eval.py", "host/test_verifier.py", "host/test_ssh.py",
+                "deploy/test_install_arm64.py", "deploy/test_compose.py", "install/test_installed_product.py",
+                "test_docs.py"),
+}
+_GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}
+_TESTS = os.path.dirname(os.path.abspath(__file__))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's own hook reads the marks
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        group = _GROUP_OF.get(os.path.relpath(str(item.path), _TESTS).replace(os.sep, "/"))
+        if group is not None:
+            item.add_marker(pytest.mark.xdist_group(group))
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_xdist_node_collection_finished(node, ids):
+    """Under --dist loadgroup every grouped test must reach the scheduler with its group (its node id ends
+    in @group). pytest 9.2's node ids broke that silently (pytest-xdist issue 1386): stop the run rather
+    than time tests side by side."""
+    if node.config.getvalue("dist") != "loadgroup":
+        return
+    lost = [i for i in ids if i.split("::")[0].replace("tests/", "", 1) in _GROUP_OF and "@" not in i]
+    if lost:
+        pytest.exit(f"--dist loadgroup lost the xdist_group of {len(lost)} test(s), e.g. {lost[0]}: this pytest "
+                    "and pytest-xdist do not group tests (pyproject.toml's test extra pins pytest < 9.2)", returncode=4)
+
+
 # --- runtime / compiler fixtures (tests/common, tests/board, tests/host) ------------
 # Session-scoped where building is involved, so quantize + compile happen once.
 

@@ -63,17 +63,8 @@ def test_host_layers_name_every_host_package(tmp_path):
     assert "bpuemu.host.newstage" in proc.stdout + proc.stderr
 
 
-BLOCKER = textwrap.dedent(
-    """
-    import importlib.abc, sys
-    BLOCKED = ("bpuemu.host", "onnx", "paramiko", "yaml", "numba")
-    class Block(importlib.abc.MetaPathFinder):
-        def find_spec(self, name, path=None, target=None):
-            if any(name == b or name.startswith(b + ".") for b in BLOCKED):
-                raise ImportError(f"{name} is host-only and must not be imported on the board")
-    sys.meta_path.insert(0, Block())
-    """
-)
+from helpers.board_only import BLOCKER  # noqa: E402
+
 
 
 def test_board_runs_without_host_packages(tmp_path):
@@ -174,17 +165,17 @@ def test_only_the_cli_packages_import_click():
     assert not outside, f"click imported outside the CLI packages {CLI_PACKAGES}: {outside}"
 
 
-def test_readme_layout_names_every_package():
-    """README.md's Layout table has one row per package folder of common/, board/ and host/,
+def test_docs_layout_names_every_package():
+    """docs/architecture.md's Layout table has one row per package folder of common/, board/ and host/,
     and every folder it names exists."""
-    text = (ROOT / "README.md").read_text()
+    text = (ROOT / "docs" / "architecture.md").read_text()
     section = text.split("## Layout", 1)[1].split("\n## ", 1)[0]
     rows = re.findall(r"^\| `([^`]+)/` \|", section, flags=re.M)
     assert len(rows) == len(set(rows)), "a folder has two rows"
     packages = {str(d.relative_to(ROOT)) for part in ("common", "board", "host")
                 for d in [ROOT / part, *(ROOT / part).rglob("*")]
                 if d.is_dir() and d.name != "__pycache__" and any(d.glob("*.py"))}
-    assert packages - set(rows) == set(), "packages missing from README.md's Layout table"
+    assert packages - set(rows) == set(), "packages missing from docs/architecture.md's Layout table"
     assert [r for r in rows if not (ROOT / r).is_dir()] == [], "rows naming folders that do not exist"
 
 

@@ -46,7 +46,7 @@ def _command(name):
 def json_option(f):
     return click.option("--json", "as_json", is_flag=True,
                         help="Print one machine-readable JSON document instead of the console text "
-                             "(bpuemu.common.exec_json; README: hrt_model_exec --json).")(f)
+                             "(bpuemu.common.exec_json; docs/formats.md: --json).")(f)
 
 
 def _json(command, be, **fields) -> None:

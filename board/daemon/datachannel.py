@@ -29,8 +29,8 @@ connection's thread runs the frame on the CPU the request came from
 (SO_INCOMING_CPU), when it is the board's only data channel connection and no
 other job runs, and on all the daemon's CPUs otherwise. So each end wakes the
 other on a CPU that is busy with the call, never one that went idle: on an idle
-machine waking an idle core is slow (in this project's VMs it halts at once:
-cpuidle haltpoll with guest_halt_poll_ns=0). ``hrt_boardd
+machine waking an idle core is slow (on a virtual machine with cpuidle haltpoll
+and guest_halt_poll_ns=0 it halts at once). ``hrt_boardd
 --no-follow-client-cpu`` turns it off.
 
 A client that goes away mid-call (closed, reset, killed) stops its infer

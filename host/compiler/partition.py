@@ -11,6 +11,9 @@ The quantized model (``*_quantized_model.onnx``) is cut at quantized tensors
   piece. Every piece carries copies of the DequantizeLinear nodes that feed it
   and the QuantizeLinear nodes that follow it, so pieces exchange int8
   tensors exactly as the whole model does;
+* a requantize (DequantizeLinear -> QuantizeLinear: a per-channel tensor
+  brought to one scale for an op that takes one) joins the BPU subgraph that
+  made the tensor;
 * a QuantizeLinear on a float model input becomes ``<node>_HzQuantize``; a
   DequantizeLinear producing a model output becomes ``<node>_HzDequantize``
   (what hb_model_modifier can remove);
@@ -172,6 +175,11 @@ def _partition(g: _Graph, model_name: str, force_cpu: Set[str], force_bpu: Set[s
                 piece_of[prod.name].nodes.append(node)
                 piece_of[node.name] = piece_of[prod.name]
                 continue
+            maker = _requantized_subgraph(g, prod, piece_of)
+            if maker is not None:
+                maker.nodes.append(node)
+                piece_of[node.name] = maker
+                continue
         device = "CPU" if node.op_type == Q else _device(g, node, force_cpu, force_bpu, j6)
         if device == "BPU":
             if current is None:
@@ -185,6 +193,16 @@ def _partition(g: _Graph, model_name: str, force_cpu: Set[str], force_bpu: Set[s
             pieces.append(Piece(Kind.CPU_OP, node.name, [node]))
             piece_of[node.name] = pieces[-1]
     return pieces, output_dq
+
+
+def _requantized_subgraph(g: _Graph, dq: Optional[onnx.NodeProto], piece_of: Dict[str, Piece]) -> Optional[Piece]:
+    """The BPU subgraph whose QuantizeLinear output ``dq`` dequantizes, when ``dq`` is a DequantizeLinear
+    (a QuantizeLinear reading it requantizes that subgraph's tensor)."""
+    if dq is None or dq.op_type != DQ:
+        return None
+    q = g.producer.get(dq.input[0])
+    piece = piece_of.get(q.name) if q is not None and q.op_type == Q else None
+    return piece if piece is not None and piece.kind == Kind.BPU_SUBGRAPH else None
 
 
 def _with_feeding_dq(g: _Graph, piece: Piece) -> List[onnx.NodeProto]:

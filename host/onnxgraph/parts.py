@@ -27,8 +27,8 @@ parts of 64 KB and with one part.
 
 Part sessions should share one memory arena (``open_session(arena="shared")``):
 an arena per part keeps every part's outputs allocated, the whole run's total
-again; without an arena the pages are faulted in anew on every run (+10-60 %
-CPU measured on PP-OCRv4 det).
+again; without an arena the pages are faulted in anew on every run (more CPU
+time on every run).
 """
 from dataclasses import dataclass
 from typing import Callable, Dict, Iterator, List, Mapping, Optional, Sequence
@@ -54,13 +54,10 @@ LAYOUT_FREE = frozenset({
 #: Bytes of wanted outputs above which a model is cut into parts (PP-OCRv4 det's 376 MB of activations
 #: at 640x640 is; det 160's 24 MB, PP-OCR cls and the sample CNN are not).
 PART_BYTES = 64 << 20
-#: Bytes of wanted outputs per part of a model that is cut: about what a core's L2 cache holds (2 MB
-#: on this project's Xeons), so that the part's outputs are still there when the caller reduces them
-#: and the next part reuses the same arena memory. PP-OCRv4 det 640's statistics in 4 MB parts
-#: against 64 MB ones: 0.91x the wall and CPU time (det 640 x 20, 5 alternating rounds, one process,
-#: load 1.2); in 2 MB parts against 4 MB: 0.95x wall, 0.96x CPU (4.54 / 4.76 s, 8.47 / 8.84 CPU s,
-#: 6 alternating rounds; 1.5 MB the same as 2, 3 MB slower than 2), and the cosine table of 16 samples
-#: 4.90 / 5.10 s, with the same statistics and table.
+#: Bytes of wanted outputs per part of a model that is cut: about what a core's L2 cache holds on
+#: common x86 server cores, so that the part's outputs are still there when the caller reduces them
+#: and the next part reuses the same arena memory (smaller and larger parts were slower: the A/Bs are
+#: in bench/RESULTS.md, "Statistics, kernels and parts").
 CUT_BYTES = 2 << 20
 
 def tensor_bytes(info: Optional[TensorInfo]) -> Optional[int]:

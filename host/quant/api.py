@@ -182,6 +182,23 @@ class _Context:
         n = self.options.search_samples
         return list(self.samples[:n]) if n else list(self.samples)
 
+    def hold_out_search_samples(self, search: str) -> List[Sample]:
+        """The samples the ``search`` scores its candidates on, logged: with at least search_held_out_from
+        calibration samples, the last search_samples of them, taken out of ``self.samples`` (what the
+        statistics and bias correction see); with fewer, the first search_samples, calibrated on too."""
+        o, total = self.options, len(self.samples)
+        n = o.search_samples
+        if o.search_held_out_from and n and total >= max(o.search_held_out_from, 2 * n):
+            scored, self.samples = list(self.samples[total - n:]), list(self.samples[:total - n])
+            self.log.info("%s search: scoring candidates on calibration samples %d-%d of %d, held out of the "
+                          "calibration statistics (calibrated on samples 1-%d)", search, total - n + 1, total, total,
+                          total - n)
+            return scored
+        scored = self.eval_samples()
+        self.log.info("%s search: scoring candidates on calibration samples 1-%d of %d, which calibration also sees "
+                      "(samples are held out from %d on)", search, len(scored), total, max(o.search_held_out_from, 2 * n))
+        return scored
+
 
 def _need_samples(ctx: _Context) -> None:
     if not ctx.samples:
@@ -195,20 +212,22 @@ def _strategy_default(ctx: _Context):
         ctx.log.warning("per_channel is chosen by the default search itself; the per_channel setting is ignored")
     if ctx.options.max_percentile < 1.0:
         ctx.log.warning("max_percentile applies to calibration_type max only; ignored with default")
+    scored = ctx.hold_out_search_samples("default")
     cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.default_candidates(ctx.options.search_percentile), ctx.log,
                         ctx.statistics, ctx.clock)
     weights = _weights(ctx.plan)
-    ev = search.Evaluator(ctx.plan, ctx.eval_samples())
+    ev = search.Evaluator(ctx.plan, scored)
     res = search.default_search(ctx.plan, cache, weights, ev, ctx.options.search_target, ctx.options.search_percentile, ctx.log)
     return res, weights
 
 
 def _strategy_mix(ctx: _Context):
     _need_samples(ctx)
+    scored = ctx.hold_out_search_samples("mix")
     cache = _stats_cache(ctx.plan, ctx.samples, ctx.options, search.mix_candidates(ctx.options), ctx.log, ctx.statistics,
                         ctx.clock)
     weights = _weights(ctx.plan)
-    ev = search.Evaluator(ctx.plan, ctx.eval_samples())
+    ev = search.Evaluator(ctx.plan, scored)
     return search.mix_search(ctx.plan, cache, weights, ev, ctx.options, ctx.log), weights
 
 

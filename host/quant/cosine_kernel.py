@@ -3,9 +3,8 @@
 ``compiled_cosine(a, b)`` is ``bpuemu.common.compare.cosine_similarity`` (flattened,
 common prefix, NaNs skipped, the all-zero conventions) with the three sums
 taken in one pass over both tensors instead of three numpy einsum passes that
-each cast to float64: 1.1 ns a value instead of 4.1-4.7 on this machine
-(PP-OCRv4 det 640x640: 94 M values a sample, 0.43 s of the cosine table's
-0.85 CPU s a sample, now about 0.1).
+each cast to float64 (about a quarter of their time: bench/RESULTS.md; on
+PP-OCRv4 det 640x640 the table sums 94 M values a sample).
 
 The sums are float64, as numpy's, and at least as exact: a float32 product is
 exact in float64; each block of ``BLOCK`` values is summed by LLVM's

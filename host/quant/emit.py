@@ -9,6 +9,11 @@
   writes ``t_QuantizeLinear_Input``; with set_model_output_int8/int16 the
   QuantizeLinear output is the model output. An int8 image input becomes an
   int8 graph input read through a DequantizeLinear (scale 1, zero point 0);
+* a per-channel tensor read by an op that takes one scale
+  (``QuantPlan.single_scale_reads``): ``t_Requantize_QuantizeLinear`` ->
+  ``t_Requantize_DequantizeLinear`` after its DequantizeLinear, with the one
+  scale of ``params.requantized``; those readers read it, the others the
+  per-channel tensor (the BPU's requantize before such an op);
 * weight w: int8 initializer ``w_quantized`` + per-channel (axis of the op)
   ``w_DequantizeLinear``, zero point 0;
 * bias: int32 initializer with scale s_x * s_w (per output channel) and a
@@ -19,7 +24,8 @@
 ``emit_calibrated`` writes ``*_calibrated_model.onnx``: the float model with a
 ``<tensor>_HzCalibration`` node (domain "horizon") on every quantized
 activation and weight, holding thresholds, scales, zero points, quant type and
-method as attributes. ``calibrated_to_fakequant`` turns those nodes into
+method as attributes (and ``<tensor>_Requantize_HzCalibration`` after it where
+the quantized model requantizes). ``calibrated_to_fakequant`` turns those nodes into
 QuantizeLinear + DequantizeLinear (optionally only some of them), so stock
 onnxruntime runs the calibrated model.
 """
@@ -34,7 +40,7 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.host.onnxgraph import DQ, Q, GraphIndex, convert_opset, default_opset
 from bpuemu.host.quant.graph import INT16_OPSET
 from bpuemu.host.quant.marking import QuantPlan
-from bpuemu.host.quant.params import NP_DTYPE, TensorQuant, WeightQuant
+from bpuemu.host.quant.params import NP_DTYPE, TensorQuant, WeightQuant, requantized
 
 HORIZON_DOMAIN = "horizon"
 CALIBRATION_OP = "HzCalibration"
@@ -169,6 +175,18 @@ def emit_quantized(
         inits.append(numpy_helper.from_array(q.zero_point_array(), z))
         return s, z
 
+    def requantize(t: str, q: TensorQuant, dq_out: Optional[str]) -> List[onnx.NodeProto]:
+        """Per-channel ``t`` requantized to one scale for its readers that take one; they read it."""
+        reads = plan.single_scale_reads.get(t)
+        if not reads or not q.per_channel or dq_out is None:
+            return []
+        s, z = qparams(f"{t}_requantize", requantized(q))
+        q_out, out = fresh(f"{t}_Requantize_QuantizeLinear_Output"), fresh(f"{t}_Requantize_DequantizeLinear_Output")
+        for reader in reads:
+            rewire[reader] = out
+        return [helper.make_node(Q, [dq_out, s, z], [q_out], name=fresh(f"{t}_Requantize_QuantizeLinear")),
+                helper.make_node(DQ, [q_out, s, z], [out], name=fresh(f"{t}_Requantize_DequantizeLinear"))]
+
     for t, site in plan.activations.items():
         q = acts[t]
         s, z = qparams(t, q)
@@ -200,7 +218,7 @@ def emit_quantized(
             new.append(helper.make_node(DQ, [q_out, s, z], [dq_out], name=fresh(f"{t}_DequantizeLinear"), **ax))
         for reader in site.quantized_readers:
             rewire[reader] = dq_out
-        r.place(site.producer, new)
+        r.place(site.producer, new + requantize(t, q, dq_out))
 
     for w, site in plan.weights.items():
         wq = weights[w]
@@ -266,10 +284,16 @@ def emit_calibrated(
             out = t
         else:
             src, out = t, fresh(f"{t}_HzCalibration_Output")
-        node = calib_node(t, src, out, "activation", q)
+        nodes = [calib_node(t, src, out, "activation", q)]
         for reader in site.quantized_readers:
             rewire[reader] = out
-        r.place(site.producer, [node])
+        reads = plan.single_scale_reads.get(t)
+        if reads and q.per_channel:
+            requantized_out = fresh(f"{t}_Requantize_HzCalibration_Output")
+            nodes.append(calib_node(f"{t}_Requantize", out, requantized_out, "activation", requantized(q)))
+            for reader in reads:
+                rewire[reader] = requantized_out
+        r.place(site.producer, nodes)
 
     for w, site in plan.weights.items():
         out = fresh(f"{w}_HzCalibration_Output")

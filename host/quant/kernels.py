@@ -13,46 +13,34 @@ They are numba functions compiled on their first call (``nogil``: two sample
 workers count side by side; ``cache``: the machine code is kept on disk, in
 ``__pycache__`` beside this file or, when that is not writable (a system-wide
 install), in numba's user-wide cache, ``~/.cache/numba``), so a machine pays
-the compile once, about 1.5 s (numba's start 0.6 s, ranges 0.4 s, histogram
-0.5-0.8 s), not once per process: a process reading them from the cache pays
-about 0.3 s on its first call (numba's own start), the threads of one process
-share them. Import this module only
-where it is used (``statistics``, from ``statistics.COMPILED_FROM`` bytes of
-activations on): importing numba takes about 0.5 s.
+the compile once (about a second or two), not once per process: a process
+reading them from the cache pays only numba's own start on its first call, the
+threads of one process share them. Import this module only where it is used
+(``statistics``, from ``statistics.COMPILED_FROM`` bytes of activations on):
+importing numba takes about half a second.
 
-How the work is done, and why (measured on PP-OCRv4 det 640x640: 94 M values a
-sample over 189 tensors, one core):
+How the work is done, and why (PP-OCRv4 det 640x640 has 94 M values a sample
+over 189 tensors; the side-by-side timings behind each choice are in
+bench/RESULTS.md, "Statistics, kernels and parts"):
 - ranges: the float32 bits are compared as int32 keys (``bits ^ ((bits >> 31) &
   0x7fffffff)`` orders as the floats do, with -0.0 below +0.0 and NaN beyond
   +-inf), which LLVM vectorises; its float min/max it does not (NaN
   semantics), not even with fastmath. Each row is read in parts of 1024
   values, the next part asked for (a prefetch, as the histogram's) while one
-  is read: 0.044 -> 0.039 s a sample (0.88x; fresh det 640 outputs, 20
-  samples x 3, the order alternating, load 1.1; two shorter runs 0.95x and
-  0.81x), where numpy's min then max cost 0.064 (the second read finds the
-  row in the CPU cache) and ``a.max()`` alone 0.33 ns a value (0.031 s).
+  is read, so one read does what numpy's min then max do in two.
 - histogram: the indices of 2048 values at a time (vectorised; the block is a
   slice indexed from 0, as ``flat[start + t]`` made LLVM gather the values one
-  by one: 20 % slower), and a flag for each, whether its bin is not the
-  previous value's (vectorised too); then 16 values at a time: when their flags
-  say they are in one bin, one count of 16, else each half of 8 in one bin one
-  count of 8, the others one count each, into 4 sub-histograms in turn (2 or 8:
-  10 % slower), so that runs of values in one bin do not wait on each other's
-  stores; unsigned indices (no negative-index check). On text pages 64 % of
-  the values are in their previous value's bin (a page's plain background:
-  stretches of a feature map alike), 43 % in 16s of one bin and 50 % in 8s,
-  so 0.54 counts a value instead of one (bin 0 alone holds only 5 %: the
-  bins are not the point, the runs are). While a block is counted, the values
-  of the next one are asked for (LLVM's prefetch, one 64-byte line per 16
-  values), so its indices are computed from the CPU cache instead of waiting
-  on memory, which counting one by one left idle (a plain load of them
-  instead: no faster, the CPU waits for its value). Side by side on saved
-  det 640 activations (3 samples x 8, two runs, load 2.3-2.6): 1.40-1.53 ns
-  a value before, 1.04-1.28 with the prefetch alone, 1.06-1.11 with the runs
-  alone, 0.77-0.87 with both; on fresh onnxruntime outputs, as the
-  statistics count them (det 640 x 20 samples x 2, the order alternating,
-  load 2.4): 0.132 -> 0.081 s a sample (0.61x), against numpy's 0.317 s
-  (abs, multiply, truncate, np.bincount: 3.4 ns a value).
+  by one), and a flag for each, whether its bin is not the previous value's
+  (vectorised too); then 16 values at a time: when their flags say they are in
+  one bin, one count of 16, else each half of 8 in one bin one count of 8, the
+  others one count each, into 4 sub-histograms in turn (2 or 8 were slower),
+  so that runs of values in one bin do not wait on each other's stores;
+  unsigned indices (no negative-index check). On text pages most values are in
+  their previous value's bin (a page's plain background: stretches of a feature
+  map alike), so about half a count a value instead of one. While a block is
+  counted, the values of the next one are asked for (LLVM's prefetch, one
+  64-byte line per 16 values), so its indices are computed from the CPU cache
+  instead of waiting on memory.
 """
 from typing import Optional, Tuple
 

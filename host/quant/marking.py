@@ -15,6 +15,12 @@ into a ``QuantPlan``:
   (Conv -> Relu) takes its range from the Relu's output: the BPU fuses the two,
   and symmetric int8 would otherwise spend half its range on values the Relu
   discards;
+* an op that takes one scale (``PER_TENSOR_ONLY``: pooling, lookup-table
+  activations) reads a per-channel tensor through a requantize to one scale
+  (``QuantPlan.single_scale_reads``), as the BPU brings such a tensor to one
+  scale before the op: the tensor stays per-channel for its other readers.
+  Only when such ops are all that read it does its group calibrate per tensor
+  (one rounding instead of two); an op's output is per tensor;
 * int16 requests (node_info InputType/OutputType, set_{NodeKind}_*_int16,
   set_model_output_int16) apply to whole groups, and fall back to int8 with a
   log line when the context does not support int16.
@@ -33,10 +39,10 @@ from bpuemu.host.quant.options import Int16Spec, QuantOptions
 PASSIVE_OPS = frozenset(op for op, spec in BPU_OPS.items() if not spec.active)
 #: Passive ops that keep axis 1 as the channel axis, so per-channel featuremap scales pass through.
 CHANNEL_PRESERVING = frozenset({"Relu", "Clip", "MaxPool", "GlobalMaxPool", "Resize", "Upsample"})
-#: Ops whose quantized neighbours keep one scale: stock onnxruntime fuses DQ -> op -> Q into a QLinear op
-#: that takes only a scalar scale (QLinearAveragePool, QLinearGlobalAveragePool, and the lookup tables of
-#: QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax) and refuses to load the model otherwise, so
-#: per-channel featuremap scales stop at them.
+#: Ops that take one scale on their quantized input and output: stock onnxruntime fuses DQ -> op -> Q into a
+#: QLinear op that takes only a scalar scale (QLinearAveragePool, QLinearGlobalAveragePool, and the lookup
+#: tables of QLinearSigmoid / QLinearLeakyRelu / QLinearSoftmax) and refuses to load the model otherwise.
+#: Their output is per tensor; a per-channel input reaches them through a requantize to one scale.
 PER_TENSOR_ONLY = frozenset({"AveragePool", "GlobalAveragePool", "Sigmoid", "LeakyRelu", "Softmax"})
 RELU_LIKE = frozenset({"Relu", "Clip"})
 #: BPU ops that can read/write int16 on X5 (the seeds give no list; Softmax stays int8 here).
@@ -112,6 +118,9 @@ class QuantPlan:
     groups: List[Group]
     node_activation_inputs: Dict[str, List[str]]  # BPU node -> its quantized activation inputs
     infos: Dict[str, TensorInfo]
+    #: tensor -> its quantized reads (node, input index) by ops that take one scale: they read it
+    #: requantized to one scale when it is per channel
+    single_scale_reads: Dict[str, List[Tuple[str, int]]] = field(default_factory=dict)
 
     def group_of(self, tensor: str) -> Group:
         return self.groups[self.activations[tensor].group]
@@ -341,7 +350,9 @@ def build_plan(
             lst.append(t)
 
     groups = _scale_groups(idx, bpu, sites, marker.ties)
-    plan = QuantPlan(model, bpu, tuple(int8_inputs), sites, marker.weights, marker.biases, groups, node_inputs, infos)
+    single_scale = _single_scale_reads(idx, sites, groups)
+    plan = QuantPlan(model, bpu, tuple(int8_inputs), sites, marker.weights, marker.biases, groups, node_inputs, infos,
+                     single_scale)
     _request_int16(plan, idx, options, log)
     return plan
 
@@ -394,8 +405,7 @@ def _scale_groups(idx: GraphIndex, bpu: FrozenSet[str], sites: Dict[str, Activat
                 sources.append(t)
         group = Group(gid, mem, sources or list(mem), fixed=bool(mem_set & fixed))
         chans = {sites[t].channels for t in mem}
-        if any(n.op_type in PER_TENSOR_ONLY for t in mem
-               for n in [n for n, _ in idx.consumers.get(t, [])] + [idx.producer.get(t)] if n is not None):
+        if any(sites[t].producer is not None and idx.by_name[sites[t].producer].op_type in PER_TENSOR_ONLY for t in mem):
             chans = {None}
         ranks = {len(sites[t].info.shape) if sites[t].info and sites[t].info.shape else 0 for t in mem}
         if not group.fixed and len(chans) == 1 and None not in chans and len(ranks) == 1 and \
@@ -405,6 +415,38 @@ def _scale_groups(idx: GraphIndex, bpu: FrozenSet[str], sites: Dict[str, Activat
             sites[t].group = gid
         groups.append(group)
     return groups
+
+
+def _single_scale_reads(idx: GraphIndex, sites: Dict[str, ActivationSite],
+                        groups: List[Group]) -> Dict[str, List[Tuple[str, int]]]:
+    """The reads of quantized tensors by ops that take one scale (``PER_TENSOR_ONLY``, with a quantized
+    output: what stock onnxruntime fuses into a QLinear op), by tensor: where the tensor is per channel
+    (calibrated so, or read so from a QAT model), they go through a requantize to one scale.
+
+    A per-channel group read by other nodes too (a readout that is not an op of the group itself: the Mul
+    of a squeeze-excitation block beside its GlobalAveragePool, a model output) stays per-channel. A
+    per-channel group read only by such ops is calibrated per tensor instead (``channels`` None): its
+    producer writes the one scale directly.
+    """
+    def one_scale(node: onnx.NodeProto) -> bool:
+        return node.op_type in PER_TENSOR_ONLY and any(o in sites for o in node.output)
+
+    out: Dict[str, List[Tuple[str, int]]] = {}
+    for group in groups:
+        members = set(group.members)
+        reads: Dict[str, List[Tuple[str, int]]] = {}
+        other = any(sites[t].is_graph_output and sites[t].producer_on_bpu for t in group.members)
+        for t in group.members:
+            for name, k in sites[t].quantized_readers:
+                node = idx.by_name[name]
+                if one_scale(node):
+                    reads.setdefault(t, []).append((name, k))
+                elif not all(o in members for o in node.output if o):
+                    other = True
+        out.update(reads)
+        if reads and not other:
+            group.channels = None
+    return out
 
 
 def _request_int16(plan: QuantPlan, idx: GraphIndex, options: QuantOptions, log: logging.Logger) -> None:

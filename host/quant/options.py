@@ -63,6 +63,9 @@ class QuantOptions:
     search_target: float = DEFAULT_TARGET_COSINE   # default: stop at a step whose best cosine reaches this
     search_percentile: float = SEARCH_PERCENTILE
     search_samples: int = 16                       # first N calibration samples the searches score on; 0 = all
+    #: from this many calibration samples on, the default and mix searches score on their last search_samples,
+    #: held out of the statistics (the candidates are judged on data they were not calibrated on); 0 = never
+    search_held_out_from: int = 48
     mix_sensitive_nodes: int = 8                   # mix: at most this many sensitive nodes get their own method
     mix_sensitivity_samples: int = 4               # mix: samples for the per-node sensitivity (one model per node)
     histogram_bins: int = 2048

@@ -74,6 +74,17 @@ def asymmetric(tensor: str, lo, hi, dtype: str, method: str, axis: Optional[int]
     return TensorQuant(tensor, dtype, scale, zp.astype(np.int64), threshold, method, axis)
 
 
+def requantized(q: TensorQuant) -> TensorQuant:
+    """One scale for a per-channel tensor, for an op that takes one (``QuantPlan.single_scale_reads``): the
+    per-tensor range that holds every channel's quantized range, symmetric or asymmetric as ``q`` is (for the
+    calibration methods this is the range they give the tensor per tensor)."""
+    if not q.asymmetric:
+        return symmetric(q.tensor, q.max_threshold, q.dtype, q.method)
+    qmin, qmax = INT_RANGE[q.dtype]
+    scale, zp = q.scale.astype(np.float64), q.zero_point.astype(np.float64)
+    return asymmetric(q.tensor, np.min((qmin - zp) * scale), np.max((qmax - zp) * scale), q.dtype, q.method)
+
+
 def fixed_int8_input(tensor: str) -> TensorQuant:
     """An X_128 image input: int8 values exactly, so scale 1 / zero point 0 (threshold 127)."""
     return TensorQuant(tensor, "int8", np.array(1.0, np.float32), np.array(0, np.int64), np.array(127.0, np.float32), "fixed")
@@ -163,6 +174,11 @@ class QuantParams:
             if values:
                 out[node] = max(values)
         return out
+
+    def requantizations(self) -> Dict[str, TensorQuant]:
+        """Per-channel tensor -> the one scale its readers that take one read it at (``requantized``)."""
+        return {t: requantized(self.activations[t]) for t in self.plan.single_scale_reads
+                if self.activations[t].per_channel}
 
     def int16_tensors(self) -> List[str]:
         return [t for t, q in self.activations.items() if q.dtype == "int16"]

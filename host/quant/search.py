@@ -3,8 +3,11 @@
 A candidate is judged by the *quantized model it produces* (the QDQ model
 makertbin would ship, run with the runtime's session options) against the
 float model: per model output, the cosine similarity averaged over the
-evaluation samples (the first ``search_samples`` calibration samples, 16 by
-default; the seed's tool looks at the first one only, more is steadier); the
+evaluation samples (``search_samples`` calibration samples, 16 by default; the
+seed's tool looks at the first one only, more is steadier: from
+``search_held_out_from`` samples on, 48 by default, the last ones, held out of
+the statistics, so that a candidate is judged on data it was not calibrated
+on, as a user's images will be; with fewer, the first ones); the
 candidate's score is the lowest of its outputs, so one broken output cannot
 hide behind good ones (DESIGN.md). Ties go to the earlier candidate. An
 integer output (ArgMax indices) is scored at the float tensor it is computed

@@ -29,42 +29,20 @@ time than whole runs (parts.CUT_BYTES) and the same values
 Why two passes and not one: the histogram's bins span [0, absmax] of *all*
 samples, which is known only after the last one; a one-pass histogram over a
 growing range (onnxruntime's) re-bins and is no longer exact, and keeping the
-activations for a second look costs gigabytes on a detector. Measured (issue
-17): one run per sample with |x| counted on a power-of-two grid (2^e >= the
-range so far, 32768 fine bins, pairs of bins merged exactly as the range
-grows) and re-binned to the 2048 bins over [0, absmax] at the end (a fine bin
-straddling a final bin's edge split by length) gives the same ranges, but of
-the histograms only 11 of 189 equal on PP-OCRv4 det 320 x 40 (6 of 111 on cls
-48x192 x 40, 0 of 7 on the sample CNN): the max-percentile 0.99995 threshold
-moved on 9 of 189 tensors (at most 0.07 %), the KL threshold on 17 (median
-0.1 %, at most 11.6 %); cls: 6 and 14 of 111 (KL up to 54 %). The selected
-method stayed, the calibrated and quantized models did not (the sample CNN's
-did). It was not cheaper either (10.4 CPU s against 7.7 for both exact passes
-on det 320 x 40: 32768 bins count slower than 2048); with 4096 fine bins it
-saved 10 % CPU and moved 63 and 45 thresholds (KL up to 206 %).
+activations for a second look costs gigabytes on a detector. A one-pass
+histogram on a power-of-two grid re-binned at the end was tried: it moved the
+percentile and KL thresholds of some tensors, changed the calibrated models,
+and was not cheaper (bench/RESULTS.md, "Statistics, kernels and parts").
 
-Where the time goes, PP-OCRv4 det at 640x640 (94 M activation values per
-sample over 189 tensors), CPU seconds per sample on one core: each pass's run
-with every tensor an output 0.155-0.177 (0.13 without the outputs); the ranges and
-the histogram are compiled kernels (``kernels``: each value read once, outside
-the GIL; from ``COMPILED_FROM`` bytes of activations on, numpy below) with the
-counts numpy's formulas give: ranges about 0.04-0.05 (numpy's
-min then max: 0.064, the row still in the CPU cache for the second read), the
-histogram 0.07-0.08 (0.10-0.14 before it counted runs of values in one bin,
-16 or 8 at a time, and fetched the next block while counting: 0.61x side by
-side; numpy's abs, multiply, truncate and np.bincount: 0.317, 3.4 ns a value,
-whatever the index type, ufunc.at or interleaved sub-histograms). Doing the
-reductions inside the onnxruntime graph instead (ReduceMin/ReduceMax,
-Mul -> Cast to int16 for the bins) was measured too: the
-same statistics and half the memory, but 0.25 and 0.23 s per run against 0.18,
-more than reducing them outside costs, so the tensors come out whole.
-
-With the kernels the two sample workers are threads that scale: the
-statistics of PP-OCRv4 det 640 x 20 took 6.2-6.4 s on two threads against
-12.5-14.5 s on one (forked processes, each with its own sessions, 6.6-7.0 s);
-with numpy's reductions (a Python loop over 16K-value chunks) two threads took
-12.6-14.4 s. On det 640 x 100 in makertbin: 29.0 s on 1.84 cores, at the
-floor of two runs and the kernels a sample (bench/convert.py).
+Where the time goes: each pass's run with every tensor an output is most of
+it; the ranges and the histogram are compiled kernels (``kernels``: each value
+read once, outside the GIL; from ``COMPILED_FROM`` bytes of activations on,
+numpy below) with the counts numpy's formulas give. Reducing inside the
+onnxruntime graph instead (ReduceMin/ReduceMax, Mul -> Cast to int16 for the
+bins) gives the same statistics in half the memory but makes each run slower
+than reducing outside costs, so the tensors come out whole. With the kernels
+the two sample workers are threads that scale about as well as forked
+processes.
 
 A NaN or an infinity in a calibrated tensor is refused (InvalidInput naming the
 tensor): no threshold can be derived from it (numpy's histogram failed on it

@@ -180,23 +180,40 @@ def test_a_frame_of_input_checks_and_one_session_runs_without_the_tensor_table(t
         model.run([x[:, :16]])
 
 
-def test_profiled_perf_and_dumps_open_the_pieces_before_their_clocks_start(cpu_middle, monkeypatch, rng):
-    monkeypatch.setattr(OrtStep, "_reopen", lambda *a: pytest.fail("a piece's session opened inside a frame"))
-    merged, _ = _models(cpu_middle.path)
-    assert merged._closed and all(p.session is None for p in merged._closed)
-    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
-    frame = merged.run
+def _frames_checked_for_open_pieces(model):
+    """``model`` whose every frame first checks that its pieces' sessions are already open (perf's and
+    infer's latency clocks run around ``model.run``); the frames it ran are counted in ``model.checked``."""
+    frame = model.run
+    model.checked = 0
 
-    def timed_frame(*args, **kwargs):   # perf's latency clock runs around this call
-        assert all(p.session is not None for p in merged._closed), "a piece's session opened inside a frame"
+    def timed_frame(*args, **kwargs):
+        assert all(p.session is not None for p in model._closed), "a piece's session opened inside a frame"
+        model.checked += 1
         return frame(*args, **kwargs)
 
-    merged.run = timed_frame
-    report = run_perf(merged, [x], PerfConfig(frame_count=3, profile=True))
-    assert "Softmax_mid" in report.profiler_csv
-    merged, _ = _models(cpu_middle.path)
-    merged.run = timed_frame
-    run_frames(merged, [x], frame_count=2, dump_intermediate=True)
-    merged, _ = _models(cpu_middle.path)
-    merged, _ = _models(cpu_middle.path)
-    merged.run([x], times=FrameTimes())
+    model.run = timed_frame
+    return model
+
+
+def test_profiled_perf_and_dumps_open_the_pieces_before_their_clocks_start(cpu_middle, monkeypatch, rng):
+    monkeypatch.setattr(OrtStep, "_reopen", lambda *a: pytest.fail("a piece's session opened inside a frame"))
+    x = rng.standard_normal((1, 3, 16, 16)).astype(np.float32)
+    want = M.reference_session(cpu_middle.qmodel).run(None, {"x": x})
+    plan_outputs = {o for s in cpu_middle.model.plan for o in s.outputs}
+
+    profiled, _ = _models(cpu_middle.path)
+    assert profiled._closed and all(p.session is None for p in profiled._closed)
+    report = run_perf(_frames_checked_for_open_pieces(profiled), [x], PerfConfig(frame_count=3, profile=True))
+    assert "Softmax_mid" in report.profiler_csv and profiled.checked == 3
+
+    dumped, _ = _models(cpu_middle.path)
+    assert all(p.session is None for p in dumped._closed)
+    result = run_frames(_frames_checked_for_open_pieces(dumped), [x], frame_count=2, dump_intermediate=True)
+    assert dumped.checked == 2 and plan_outputs <= result.intermediates.keys()
+    assert all(np.array_equal(result.outputs[o.name], w) for o, w in zip(cpu_middle.qmodel.graph.output, want))
+
+    alone, _ = _models(cpu_middle.path)     # one profiled frame, no perf job around it: it opens them itself
+    times = FrameTimes()
+    got = alone.run([x], times=times)
+    assert [name for name, _, _ in times.steps] == [s.name for s in cpu_middle.model.plan]
+    assert all(np.array_equal(g, w) for g, w in zip(got, want))

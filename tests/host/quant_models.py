@@ -72,6 +72,18 @@ def zoo_model(size: int = 16, seed: int = 0) -> onnx.ModelProto:
     return b.model("zoo", {"x": [1, 3, size, size]}, {"logits": [1, 10], "head": [1, 4, 1, 1]})
 
 
+def squeeze_excitation_model(size: int = 8, seed: int = 3) -> onnx.ModelProto:
+    """Conv -> HardSwish, read by a GlobalAveragePool head (-> Conv -> HardSigmoid) and by the Mul that
+    scales it (a squeeze-excitation block, as in PP-OCR's classifier), then a tail Conv."""
+    b = Builder(seed)
+    h = b.node("HardSwish", [b.conv("Conv_a", "x", 3, 8, relu=False)], "HardSwish_a")
+    gap = b.node("GlobalAveragePool", [h], "GlobalAveragePool_se")
+    s = b.node("HardSigmoid", [b.conv("Conv_se", gap, 8, 8, k=1, relu=False)], "HardSigmoid_se")
+    m = b.node("Mul", [h, s], "Mul_se")
+    b.conv("Conv_out", m, 8, 4, k=1, relu=False, out="y")
+    return b.model("se", {"x": [1, 3, size, size]}, {"y": [1, 4, size, size]}, opset=14)
+
+
 def deconv_matmul_model(size: int = 8, seed: int = 4) -> onnx.ModelProto:
     """Conv -> grouped ConvTranspose (weight axis 1) -> MatMul by a constant -> Gemm (transB=0)."""
     b = Builder(seed)
@@ -170,3 +182,26 @@ def ort_quantize_static(model: onnx.ModelProto, samples: List[Dict[str, np.ndarr
                         activation_type=QuantType.QInt8, weight_type=QuantType.QInt8,
                         extra_options={"ActivationSymmetric": symmetric, "WeightSymmetric": True})
         return onnx.load(dst)
+
+
+#: The height and width of pow_argmax_model's input.
+POW_ARGMAX_SIZE = 8
+
+
+def pow_argmax_model(channels: int = 8, exponent_input: bool = False) -> onnx.ModelProto:
+    """data -> conv1 -> Pow(2) -> conv2 (``channels`` outputs) -> ArgMax over the channels -> idx."""
+    rng = np.random.default_rng(0)
+    inits = [numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w1"),
+             numpy_helper.from_array((rng.standard_normal((channels, 8, 1, 1)) * 0.3).astype(np.float32), "w2")]
+    inputs = [helper.make_tensor_value_info("data", TensorProto.FLOAT, [1, 3, POW_ARGMAX_SIZE, POW_ARGMAX_SIZE])]
+    if exponent_input:
+        inputs.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, []))
+    else:
+        inits.append(numpy_helper.from_array(np.array(2.0, np.float32), "p"))
+    nodes = [helper.make_node("Conv", ["data", "w1"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1] * 4),
+             helper.make_node("Pow", ["c1", "p"], ["pw"], name="pow"),
+             helper.make_node("Conv", ["pw", "w2"], ["c2"], name="conv2", kernel_shape=[1, 1]),
+             helper.make_node("ArgMax", ["c2"], ["idx"], name="argmax", axis=1, keepdims=1)]
+    graph = helper.make_graph(nodes, "pow_argmax", inputs,
+                              [helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 1, POW_ARGMAX_SIZE, POW_ARGMAX_SIZE])], inits)
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])

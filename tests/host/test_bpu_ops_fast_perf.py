@@ -26,28 +26,12 @@ from bpuemu.host.mapper.checker import check
 from bpuemu.host.mapper.makertbin import FAST_PERF_REMOVED_TYPES, makertbin_from_config
 
 from makertbin_helpers import write_cal_dir, write_config
+from quant_models import POW_ARGMAX_SIZE, pow_argmax_model
 
 Kind = model_pb2.PlanStep.Kind
-SIZE = 8
+SIZE = POW_ARGMAX_SIZE
 
 
-def pow_argmax_model(channels: int = 8, exponent_input: bool = False) -> onnx.ModelProto:
-    """data -> conv1 -> Pow(2) -> conv2 (``channels`` outputs) -> ArgMax over the channels -> idx."""
-    rng = np.random.default_rng(0)
-    inits = [numpy_helper.from_array((rng.standard_normal((8, 3, 3, 3)) * 0.3).astype(np.float32), "w1"),
-             numpy_helper.from_array((rng.standard_normal((channels, 8, 1, 1)) * 0.3).astype(np.float32), "w2")]
-    inputs = [helper.make_tensor_value_info("data", TensorProto.FLOAT, [1, 3, SIZE, SIZE])]
-    if exponent_input:
-        inputs.append(helper.make_tensor_value_info("p", TensorProto.FLOAT, []))
-    else:
-        inits.append(numpy_helper.from_array(np.array(2.0, np.float32), "p"))
-    nodes = [helper.make_node("Conv", ["data", "w1"], ["c1"], name="conv1", kernel_shape=[3, 3], pads=[1] * 4),
-             helper.make_node("Pow", ["c1", "p"], ["pw"], name="pow"),
-             helper.make_node("Conv", ["pw", "w2"], ["c2"], name="conv2", kernel_shape=[1, 1]),
-             helper.make_node("ArgMax", ["c2"], ["idx"], name="argmax", axis=1, keepdims=1)]
-    graph = helper.make_graph(nodes, "pow_argmax", inputs,
-                              [helper.make_tensor_value_info("idx", TensorProto.INT64, [1, 1, SIZE, SIZE])], inits)
-    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 13)])
 
 
 def _convert(tmp_path, model: onnx.ModelProto, calibration_type: str = "max"):

@@ -16,7 +16,7 @@ import yaml
 from bpuemu.host.mapper.makertbin import makertbin_from_config
 
 from makertbin_helpers import text_image, write_cal_dir, write_config
-from test_real_models import MODELS, rapidocr_models  # noqa: F401 (fixture)
+from real_models import MODELS
 
 SLOW = pytest.mark.skipif(os.environ.get("BPUEMU_SLOW_TESTS") != "1",
                           reason="slow: set BPUEMU_SLOW_TESTS=1 (runall on PP-OCR det)")

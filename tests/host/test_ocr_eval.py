@@ -25,6 +25,11 @@ from boardd_harness import Daemon, clean_env  # noqa: E402
 
 #: The detector at 320x320 keeps the tests' conversions short (the sample builds it at 640x640).
 DET_SIZE = (320, 320)
+#: How far below the float model's score the quantized model's may be, per metric (fractions).
+QUANTIZED_WITHIN = {"det_hmean": 0.10, "cls_accuracy": 0.05, "rec_exact_match": 0.10, "rec_char_accuracy": 0.03,
+                    "e2e_accuracy": 0.15}
+#: Of the evaluation split's 24 lines, how many the quantized recogniser may read differently from the float one.
+MAX_LINES_READ_DIFFERENTLY = 3
 
 
 # --- metrics, exact values ---------------------------------------------------------------
@@ -231,6 +236,36 @@ def _convert(ppocr, which: str, model_input, cal_images, out_dir: str, calibrati
     return os.path.join(out_dir, which)
 
 
+def _sample_yaml(which: str) -> dict:
+    """The OCR sample's shipped makertbin yaml for ``which`` (det, cls or rec)."""
+    import yaml
+
+    import bpuemu.host.samples.ocr as sample
+
+    with open(os.path.join(os.path.dirname(sample.__file__), "mapper", f"ppocr_{which}_config.yaml")) as f:
+        return yaml.safe_load(f)
+
+
+def _convert_with_the_sample_yaml(ppocr, which: str, model_input, cal_images, out_dir: str) -> str:
+    """makertbin with the OCR sample's own yaml (as ``bpuemu-samples copy ocr`` ships it: its
+    calibration and optimization settings and its input settings), only its paths pointed at this test's files."""
+    import yaml
+    from makertbin_helpers import write_cal_dir
+
+    from bpuemu.host.mapper.makertbin import makertbin_from_config
+
+    doc = _sample_yaml(which)
+    doc["model_parameters"].update(onnx_model=ppocr[which], working_dir=os.path.join(out_dir, which),
+                                   output_model_file_prefix=which)
+    doc["calibration_parameters"]["cal_data_dir"] = write_cal_dir(
+        os.path.join(out_dir, f"{which}_cal"), [model_input.pixels(img)[..., ::-1].transpose(2, 0, 1)[None] for img in cal_images])
+    cfg = os.path.join(out_dir, f"{which}.yaml")
+    with open(cfg, "w") as f:
+        yaml.safe_dump(doc, f, sort_keys=False)
+    makertbin_from_config(cfg)
+    return os.path.join(out_dir, which)
+
+
 @pytest.fixture(scope="module")
 def converted(tmp_path_factory, ppocr):
     """The three models converted on a calibration split, and an evaluation split of 3 pages and 24 lines."""
@@ -243,11 +278,12 @@ def converted(tmp_path_factory, ppocr):
     lines = [load_rgb(ln.file) for ln in dataset.load_lines(cal)]   # both directions, for cls
     upright = [img[::-1, ::-1] if ln.angle == 180 else img for img, ln in zip(lines, dataset.load_lines(cal))]
     inputs = preprocess.model_inputs(DET_SIZE)
-    # calibration_type max: one calibration pass, so the conversions stay short (the sample's yaml
-    # files use the default search)
+    # det with calibration_type max (one calibration pass: the conversion stays short); cls and rec with
+    # the sample's own yaml files: cls's default search, rec's int16 activations and max-percentile
     dirs = {"det": _convert(ppocr, "det", inputs["det"], pages, root, "max"),
-            "cls": _convert(ppocr, "cls", inputs["cls"], lines, root, "max"),
-            "rec": _convert(ppocr, "rec", inputs["rec"], upright, root, "max")}
+            "cls": _convert_with_the_sample_yaml(ppocr, "cls", inputs["cls"], lines, root),
+            "rec": _convert_with_the_sample_yaml(ppocr, "rec", inputs["rec"], upright, root)}
+    assert _sample_yaml("cls")["calibration_parameters"]["calibration_type"] == "default"
     return ev, dirs
 
 
@@ -294,11 +330,17 @@ def test_evaluation_reports_float_quantized_board(full_run):
     assert report["scores"]["float"]["det_hmean"] >= 0.4
     assert report["scores"]["float"]["cls_accuracy"] >= 0.9
     assert report["scores"]["float"]["rec_char_accuracy"] >= 0.95
+    # the quantized models read about what the float ones read: each score within its bound of float's,
+    # and few lines read differently (the bounds hold for int8 calibrations, not for a broken one)
+    float_scores, quantized = report["scores"]["float"], report["scores"]["quantized"]
+    for key, bound in QUANTIZED_WITHIN.items():
+        assert quantized[key] >= float_scores[key] - bound, (key, quantized, float_scores)
     assert report["scores"]["board"] == report["scores"]["quantized"]
     assert report["agreement"] == {"compared": 27, "identical": 27, "differ": []}
     assert "board == quantized on 27 of 27 image(s)" in proc.stdout
     differ = report["read_differently"]
     assert differ["compared"] == 24 and set(differ["differ"]) <= {f"lines/{i:04d}.png" for i in range(24)}
+    assert len(differ["differ"]) <= MAX_LINES_READ_DIFFERENTLY, differ
     assert f"quantized reads {len(differ['differ'])} of 24 line(s) differently from float" in proc.stdout
     for label in ("detection H-mean", "direction accuracy", "recognition character accuracy",
                   "end-to-end text accuracy"):

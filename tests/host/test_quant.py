@@ -25,6 +25,7 @@ try:  # tests/ imported as a package, or its directories put on sys.path by pyte
     from tests.host import quant_models as QM
 except ImportError:  # pragma: no cover - depends on how pytest was pointed at the tree
     import quant_models as QM
+from search_checks import assert_same_choice  # noqa: E402
 
 LOGGER = "bpuemu.host.quant"
 QO = quant.QuantOptions
@@ -66,6 +67,12 @@ def two_input():
 @pytest.fixture(scope="module")
 def deconv():
     m = QM.deconv_matmul_model()
+    return Case(m, QM.featuremaps(m, 8, seed=1), QM.featuremaps(m, 4, seed=99))
+
+
+@pytest.fixture(scope="module")
+def se():
+    m = QM.squeeze_excitation_model()
     return Case(m, QM.featuremaps(m, 8, seed=1), QM.featuremaps(m, 4, seed=99))
 
 
@@ -190,7 +197,8 @@ def _runtime_outputs(tmp_path, q, name, specs, feeds):
     ("zoo", dict(calibration_type="kl", int16_kinds={"Conv": quant.Int16Spec(output=True)}, model_output_type="int8")),
     ("two_input", dict(calibration_type="max")),
     ("deconv", dict(calibration_type="default")),
-], ids=["zoo-default", "zoo-perchannel-asym", "zoo-int16-int8out", "two-input", "deconv-matmul"])
+    ("se", dict(calibration_type="max", per_channel=True)),
+], ids=["zoo-default", "zoo-perchannel-asym", "zoo-int16-int8out", "two-input", "deconv-matmul", "se-perchannel-requantize"])
 def test_runtime_reproduces_the_quantized_model_bit_exactly(case, opts, request, tmp_path):
     c = request.getfixturevalue(case)
     _, q = c.quantize(**opts)
@@ -270,13 +278,34 @@ def test_kl_divergences_match_the_straightforward_loop():
     assert np.argmin(fast) == np.argmin(ref)
 
 
+def _running_totals(h):
+    """The prefix sums the KL computation reads, as plain running totals (one bin after the other, each
+    starting at 0): counts, non-empty bins, count x log count and log count, an empty bin adding 0."""
+    logs = np.log(np.where(h > 0, h, 1).astype(np.float64))     # log 1 = 0 for an empty bin
+    C, NZ, L1, L0 = [0], [0], [0.0], [0.0]
+    for count, log in zip(h.tolist(), logs.tolist()):
+        C.append(C[-1] + count)
+        NZ.append(NZ[-1] + (count > 0))
+        L1.append(L1[-1] + float(count) * log)
+        L0.append(L0[-1] + log)
+    return np.array(C, np.int64), np.array(NZ, np.int64), np.array(L1), np.array(L0)
+
+
+def test_kl_prefix_sums_are_the_running_totals():
+    rng = np.random.default_rng(7)
+    h = rng.integers(0, 50, 300)
+    h[rng.integers(0, 300, 100)] = 0
+    for got, want in zip(kl_prefix_sums(h), _running_totals(h)):
+        assert got.dtype.kind == want.dtype.kind and got.tobytes() == want.tobytes()
+
+
 def _kl_gathered(hist, quantized_bins=128, eps=0.0001):
     """kl_divergences as it was before the per-m rows: every cut's groups gathered (the reference
-    the computation shared per m must equal bit for bit)."""
+    the computation shared per m must equal bit for bit), on prefix sums of its own."""
     h = np.asarray(hist, dtype=np.int64)
     n = h.size
     total = int(h.sum())
-    C, NZ, L1, L0 = kl_prefix_sums(h)
+    C, NZ, L1, L0 = _running_totals(h)
     I = np.arange(quantized_bins, n + 1)
     m = I // quantized_bins
     j = np.arange(quantized_bins)
@@ -378,6 +407,63 @@ def test_per_channel_model_loads_in_stock_onnxruntime(zoo, asymmetric):
     assert params.activations["Conv_stem_relu_out"].axis == 1
 
 
+def _dq_axis_and_scale(model, dq):
+    return next((a.i for a in dq.attribute if a.name == "axis"), None), inits(model)[dq.input[1]]
+
+
+@pytest.mark.parametrize("asymmetric", [False, True])
+def test_per_channel_calibration_keeps_its_channels_around_a_pooling_head(se, tmp_path, asymmetric):
+    """Per-channel featuremap calibration must not silently fall back to one scale where a tensor also
+    feeds an op that takes one (GlobalAveragePool): the HardSwish output stays per channel for the Mul
+    that scales it, and the pooling reads it through a requantize to one scale (DQ per channel -> Q per
+    tensor), which stock onnxruntime loads and runs with its default options."""
+    import onnxruntime as ort
+
+    params, q = se.quantize(calibration_type="max", per_channel=True, asymmetric=asymmetric)
+    for t in ("Conv_a_out", "HardSwish_a_out", "Mul_se_out"):
+        assert params.activations[t].axis == 1, t
+    assert params.activations["GlobalAveragePool_se_out"].axis is None
+    by_name = {n.name: n for n in q.graph.node}
+    # The Mul reads the HardSwish output per channel ...
+    dq_mul = producer(q, by_name["Mul_se"].input[0])
+    axis, scale = _dq_axis_and_scale(q, dq_mul)
+    assert dq_mul.op_type == "DequantizeLinear" and axis == 1 and scale.shape == (8,) and len(set(scale.tolist())) > 1
+    # ... the pooling reads it at one scale, requantized from that per-channel tensor.
+    dq_gap = producer(q, by_name["GlobalAveragePool_se"].input[0])
+    assert dq_gap.op_type == "DequantizeLinear" and _dq_axis_and_scale(q, dq_gap)[1].shape == ()
+    requantize = producer(q, dq_gap.input[0])
+    assert requantize.op_type == "QuantizeLinear" and requantize.input[0] == dq_mul.output[0]
+    assert inits(q)[requantize.input[1]] == params.requantizations()["HardSwish_a_out"].scale
+    path = os.path.join(tmp_path, "se_quantized_model.onnx")
+    onnx.save(q, path)
+    stock = ort.InferenceSession(path)  # stock onnxruntime, default options (QDQ fusion on: QLinear pooling)
+    stock.run(None, se.held[0])           # QLinearGlobalAveragePool loads a per-channel scale, and refuses it here
+    # The calibrated model says the same: a per-tensor calibration node after the per-channel one, read by the pooling.
+    calibrated = quant.build_calibrated_model(se.model, params)
+    c_by_name = {n.name: n for n in calibrated.graph.node}
+    rq = c_by_name["HardSwish_a_out_Requantize_HzCalibration"]
+    attrs = {a.name: onnx.helper.get_attribute_value(a) for a in rq.attribute}
+    assert "axis" not in attrs and np.float32(attrs["scales"][0]) == params.requantizations()["HardSwish_a_out"].scale
+    assert producer(calibrated, rq.input[0]).name == "HardSwish_a_out_HzCalibration"
+    assert c_by_name["GlobalAveragePool_se"].input[0] == rq.output[0]
+
+
+def test_a_tensor_only_pooled_is_calibrated_per_tensor_without_a_requantize(zoo, se):
+    """Where every reader takes one scale (the zoo's MaxPool -> AveragePool), the producer writes that one
+    scale itself: no per-channel tensor, no requantize (two roundings). Where another reader keeps the
+    channels (the zoo's GlobalMaxPool beside its GlobalAveragePool), only the one-scale reader requantizes."""
+    params, _ = se.quantize(calibration_type="max", per_channel=True)
+    assert set(params.requantizations()) == {"HardSwish_a_out"}
+    params, q = zoo.quantize(calibration_type="max", per_channel=True)
+    assert params.activations["MaxPool_0_out"].axis is None and "MaxPool_0_out" not in params.requantizations()
+    assert params.activations["Conv_down_relu_out"].axis == 1 and set(params.requantizations()) == {"Conv_down_relu_out"}
+    assert params.plan.single_scale_reads["Conv_down_relu_out"] == [("GlobalAveragePool_0", 0)]
+    assert not any(n.name.endswith("_Requantize_QuantizeLinear") and not n.name.startswith("Conv_down_relu_out")
+                   for n in q.graph.node)
+    gmp = next(n for n in q.graph.node if n.name == "GlobalMaxPool_0")
+    assert _dq_axis_and_scale(q, producer(q, gmp.input[0]))[0] == 1
+
+
 def test_default_search_logs_its_choice(zoo, caplog):
     with caplog.at_level(logging.INFO, logger=LOGGER):
         params = quant.calibrate(zoo.model, zoo.cal, zoo.bpu, [], QO())
@@ -388,6 +474,31 @@ def test_default_search_logs_its_choice(zoo, caplog):
     assert f"Select {params.method} method." in caplog.messages
     if best.cosine >= 0.995:
         assert len(names) == 3
+
+
+def test_default_search_scores_on_samples_held_out_of_the_statistics(zoo, caplog):
+    """From search_held_out_from samples on, the candidates are scored on the last search_samples, which
+    the statistics never see (the chosen thresholds are those of the other samples alone), and the log
+    says which samples scored; with fewer, the first ones score and are calibrated on too."""
+    cal = QM.featuremaps(zoo.model, 12, seed=5)
+    opts = dict(search_samples=4, search_held_out_from=12, search_target=1.01)  # all five candidates
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        params = quant.calibrate(zoo.model, cal, zoo.bpu, [], QO(**opts))
+    assert "default search: scoring candidates on calibration samples 9-12 of 12, held out of the calibration " \
+           "statistics (calibrated on samples 1-8)" in caplog.messages
+    assert max(c.samples for c in params.candidates) == 4
+    chosen = dict(calibration_type="max", max_percentile=0.99995, per_channel=params.per_channel,
+                  asymmetric=params.asymmetric) if params.method.startswith("max-percentile") else \
+        dict(calibration_type=params.method, per_channel=params.per_channel, asymmetric=params.asymmetric)
+    alone = quant.calibrate(zoo.model, cal[:8], zoo.bpu, [], QO(**chosen))
+    every = quant.calibrate(zoo.model, cal, zoo.bpu, [], QO(**chosen))
+    same = lambda a, b: all(np.array_equal(a.activations[t].scale, b.activations[t].scale) for t in a.activations)  # noqa: E731
+    assert same(params, alone) and not same(params, every)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger=LOGGER):
+        quant.calibrate(zoo.model, cal[:11], zoo.bpu, [], QO(**opts))
+    assert "default search: scoring candidates on calibration samples 1-4 of 11, which calibration also sees " \
+           "(samples are held out from 12 on)" in caplog.messages
 
 
 def test_default_search_steps_two_and_three(zoo, caplog):
@@ -720,28 +831,7 @@ def _search_both_ways(case, monkeypatch, **opts):
     return lazy, full
 
 
-def assert_same_choice(lazy, full, evaluation_samples):
-    """``lazy`` and ``full``: the results (QuantParams or search.SearchResult) of the default search as
-    it runs and exhaustive. The choice and every parameter are the exhaustive search's; a candidate scored on every sample
-    has the exhaustive score to the last digit, one left early has a bound at or above it and below
-    the winner's score."""
-    assert (lazy.method, lazy.per_channel, lazy.asymmetric) == (full.method, full.per_channel, full.asymmetric)
-    mine_acts, full_acts = (getattr(r, "activations", None) or r.acts for r in (lazy, full))   # QuantParams, SearchResult
-    assert mine_acts.keys() == full_acts.keys()
-    for t, q in full_acts.items():
-        mine = mine_acts[t]
-        assert np.array_equal(mine.scale, q.scale) and np.array_equal(mine.zero_point, q.zero_point), t
-        assert np.array_equal(mine.threshold, q.threshold) and mine.axis == q.axis, t
-    assert [c.name for c in lazy.candidates] == [c.name for c in full.candidates]
-    best = max(range(len(full.candidates)), key=lambda k: full.candidates[k].cosine)   # the first of equals
-    top = full.candidates[best].cosine
-    for k, (mine, ref) in enumerate(zip(lazy.candidates, full.candidates)):
-        if mine.samples == evaluation_samples:
-            assert (mine.cosine, mine.per_output) == (ref.cosine, ref.per_output), mine.name
-        else:
-            assert 0 < mine.samples < evaluation_samples and mine.per_output == {}, mine.name
-            assert ref.cosine <= mine.cosine, mine.name                   # a bound of its score
-            assert mine.cosine < top or (mine.cosine == top and k > best), mine.name   # that rules it out
+
 
 
 @pytest.mark.parametrize("target", [0.5, 0.995, 1.01])

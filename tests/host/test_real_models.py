@@ -21,23 +21,14 @@ from bpuemu.board.runtime import Runtime
 from bpuemu.common.input_types import to_model_input
 from bpuemu.host import HB_ONNXRuntime
 from bpuemu.host.mapper.makertbin import makertbin_from_config
-from bpuemu.host.samples.ocr.models import fetch
 
 from makertbin_helpers import text_image, write_cal_dir, write_config
-
-MODELS = {
-    # name: (file in the wheel, input H, W)
-    "cls": ("ch_ppocr_mobile_v2.0_cls_infer.onnx", 48, 192),
-    "det": ("ch_PP-OCRv4_det_infer.onnx", 160, 160),
-}
+from real_models import MODELS, project_config
 
 
-@pytest.fixture(scope="module")
-def rapidocr_models():
-    """The wheel's models, fetched and cached by the OCR sample's own fetch (bpuemu.host.samples.ocr.models)."""
-    fetched = fetch()
-    assert all(os.path.basename(fetched[name]) == f for name, (f, _, _) in MODELS.items())
-    return {name: fetched[name] for name in MODELS}
+
+
+
 
 
 def _cos(a, b):
@@ -81,27 +72,14 @@ def test_real_cnn_converts_with_cosine_at_least_0_99(tmp_path, rapidocr_models, 
     assert float(np.mean(cosines)) >= 0.98, cosines
 
 
-def _project(tmp_path, rapidocr_models, name: str) -> str:
-    """A makertbin yaml for the sample CNN or a wheel model, 20 calibration pages; returns its path."""
-    from bpuemu.host.samples import write_sample_project
 
-    if name == "sample":
-        return write_sample_project(str(tmp_path / "sample"), 64, "rgb", samples=20)
-    _, h, w = MODELS[name]
-    rng = np.random.default_rng(7)
-    cal = write_cal_dir(str(tmp_path / "cal"), [text_image(h, w, rng)[..., ::-1].transpose(2, 0, 1)[None] for _ in range(20)])
-    return write_config(
-        str(tmp_path / f"{name}.yaml"), rapidocr_models[name], name, str(tmp_path / "out"),
-        {"x": {"input_type_train": "bgr", "input_layout_train": "NCHW", "input_type_rt": "bgr", "input_layout_rt": "NCHW",
-               "norm_type": "data_mean_and_scale", "mean_value": "127.5 127.5 127.5", "scale_value": "0.007843137",
-               "input_shape": f"1x3x{h}x{w}", "cal_data_dir": cal, "cal_data_type": "uint8"}})
 
 
 @pytest.mark.parametrize("name", ["sample", "cls", "det"])
 def test_reused_calibration_statistics_give_identical_artifacts(tmp_path, rapidocr_models, caplog, name):
     """A second conversion reads the calibration statistics from the cache (bpuemu.host.quant.statcache):
     the five artifacts are byte-identical to the first's, which computed and stored them."""
-    cfg = _project(tmp_path, rapidocr_models, name)
+    cfg = project_config(tmp_path, rapidocr_models, name)
     files, logs = [], []
     for _ in range(2):
         caplog.clear()
@@ -124,9 +102,9 @@ def test_default_search_artifacts_equal_scoring_every_candidate_on_every_sample(
     working_dir), the choice is the same, and the candidates left early are ruled out by their bound."""
     from bpuemu.host.quant import search
 
-    from test_quant import assert_same_choice
+    from search_checks import assert_same_choice
 
-    cfg = _project(tmp_path, rapidocr_models, name)
+    cfg = project_config(tmp_path, rapidocr_models, name)
     original = search.default_search
     results, files = [], []
     for exhaustive in (True, False):
@@ -155,7 +133,7 @@ def test_models_run_in_parts_give_identical_artifacts(tmp_path, rapidocr_models,
     from bpuemu.host.onnxgraph import parts
 
     monkeypatch.setenv("BPUEMU_CALIBRATION_CACHE", "off")
-    cfg = _project(tmp_path, rapidocr_models, name)
+    cfg = project_config(tmp_path, rapidocr_models, name)
     files, cosines, counts = [], [], []
     original = parts.Parts.__init__
 
@@ -185,7 +163,7 @@ def test_compiled_node_cosines_print_the_same_table(tmp_path, rapidocr_models, m
     artifacts are byte-identical."""
     from bpuemu.host.quant import api, cosine_kernel
 
-    cfg = _project(tmp_path, rapidocr_models, name)
+    cfg = project_config(tmp_path, rapidocr_models, name)
     calls = []
     compiled = cosine_kernel.sums
 
@@ -219,7 +197,7 @@ def test_default_search_opens_each_candidate_once_beside_the_scoring(tmp_path, r
 
     from bpuemu.host.quant import search
 
-    cfg = _project(tmp_path, rapidocr_models, name)
+    cfg = project_config(tmp_path, rapidocr_models, name)
     opened, results = [], []
     original_session, original_search = search.Evaluator.session, search.default_search
 

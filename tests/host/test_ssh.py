@@ -317,7 +317,7 @@ def test_ssh_transport_is_the_registered_plugin():
 
 def test_board_only_install_gives_one_line_for_ssh(models, tmp_path):
     """With bpuemu.host and paramiko unimportable (a board install), --ssh says what to install."""
-    from test_architecture import BLOCKER
+    from helpers.board_only import BLOCKER
 
     code = BLOCKER + textwrap.dedent(f"""
         from bpuemu.board.cli.hrt_model_exec import main

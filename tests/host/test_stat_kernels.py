@@ -235,10 +235,10 @@ def test_artifacts_are_those_of_the_numpy_statistics(tmp_path, monkeypatch, name
     from bpuemu.host.mapper.makertbin import makertbin_from_config
     from bpuemu.host.samples.ocr.models import fetch
 
-    from test_real_models import MODELS, _project
+    from real_models import MODELS, project_config
 
     monkeypatch.setenv("BPUEMU_CALIBRATION_CACHE", "off")
-    cfg = _project(tmp_path, {m: p for m, p in fetch().items() if m in MODELS}, name)
+    cfg = project_config(tmp_path, {m: p for m, p in fetch().items() if m in MODELS}, name)
     files, cosines, calls = [], [], []
     original = kernels.histogram
 
@@ -288,7 +288,7 @@ def test_makertbin_with_a_nan_in_the_calibration_data_is_one_error_line(tmp_path
     with one ERROR line naming the first tensor that carries it and the sample, and a non-zero exit
     (numpy's histogram used to end in a ValueError from np.bincount)."""
     from makertbin_helpers import sample_float_model, write_cal_dir, write_config
-    from test_user_mistakes import assert_one_clear_error, run
+    from helpers.console import assert_one_clear_error, run
 
     onnx.save(sample_float_model(16, 16, image_input=False, seed=0), str(tmp_path / "f.onnx"))
     rng = np.random.default_rng(0)

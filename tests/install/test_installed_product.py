@@ -19,7 +19,7 @@ import time
 
 import pytest
 
-from test_packaging import ROOT, readme_commands
+from helpers.docs import documented_commands
 
 pytestmark = pytest.mark.installed
 
@@ -119,8 +119,8 @@ def daemon_in(tmp_path):
             d.stop()
 
 
-def test_every_readme_command_runs_from_the_wheel(host_venv, tmp_path):
-    for command in sorted(readme_commands((ROOT / "README.md").read_text())):
+def test_every_documented_command_runs_from_the_wheel(host_venv, tmp_path):
+    for command in sorted(documented_commands()):
         out = host_venv.run(command, "--help", cwd=tmp_path)
         assert "Usage:" in out.stdout, command
 

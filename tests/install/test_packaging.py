@@ -1,15 +1,14 @@
 """The package metadata matches what users are told to type and what the tree holds.
 
-* Every command a README code block tells a user to type is a
-  ``[project.scripts]`` console script (the list comes from README.md, not from
-  a hand-kept copy), and every console script is documented in README.md.
+* Every command a code block of README.md or of a docs/ page tells a user to
+  type is a ``[project.scripts]`` console script (the list comes from the pages,
+  not from a hand-kept copy), and every console script has its page in the
+  command reference (docs/reference/, generated from its click definition).
 * The built wheel holds every ``.py`` file under common/, board/, host/ and
   aliases/ (the seeds' top-level import paths): a
   folder the wheel drops (a missing ``__init__.py`` once dropped
   ``bpuemu.host.compiler``) fails here, not on a user's machine.
 """
-import pathlib
-import re
 import zipfile
 
 try:
@@ -17,37 +16,10 @@ try:
 except ImportError:  # Python < 3.11
     from pip._vendor import tomli as tomllib
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from helpers.docs import ROOT, documented_commands, readme_commands
+
 SOURCE_ROOTS = {"common": "bpuemu/common", "board": "bpuemu/board", "host": "bpuemu/host",
                 **{f"aliases/{p.name}": p.name for p in (ROOT / "aliases").iterdir() if p.is_dir()}}
-
-#: First words of README command lines that are not bpuemu's (shell built-ins and other tools).
-NOT_OURS = {"cd", "export", "source", ".", "sudo", "python", "python3", "pip", "git", "docker", "kubectl",
-            "systemctl", "ssh", "scp", "curl", "mkdir", "cat", "echo", "ls", "cp", "rm"}
-
-
-def readme_commands(markdown: str) -> set:
-    """Command names a user types, from the shell code blocks of a README.
-
-    A command is the first word of a line in a ```bash / ```sh / ```console /
-    ```shell block, except continuation lines (after a trailing backslash),
-    comments, paths (``scripts/demo.sh``), ``VAR=value`` assignments and
-    other programs' names (NOT_OURS).
-    """
-    commands = set()
-    for block in re.findall(r"^```(?:bash|sh|shell|console)\n(.*?)^```", markdown, flags=re.S | re.M):
-        continued = False
-        for line in block.splitlines():
-            text = line.strip()
-            was_continued, continued = continued, text.endswith("\\")
-            if was_continued or not text or text.startswith("#"):
-                continue
-            word = text.removeprefix("$ ").split()[0]
-            if "/" in word or "=" in word or word in NOT_OURS:
-                continue
-            commands.add(word)
-    return commands
-
 
 def console_scripts() -> dict:
     with open(ROOT / "pyproject.toml", "rb") as f:
@@ -69,18 +41,24 @@ def test_readme_commands_parser():
     assert readme_commands(text) == {"hb_mapper", "hrt_model_exec"}
 
 
-def test_every_readme_command_is_a_console_script():
-    commands = readme_commands((ROOT / "README.md").read_text())
-    # The README documents the main job: the conversion, board and verifier tools at least.
-    assert {"hb_mapper", "hrt_boardd", "hrt_model_exec", "hb_verifier"} <= commands
+def test_every_documented_command_is_a_console_script():
+    commands = documented_commands()
+    # The docs document the main job: the conversion, board and verifier tools at least.
+    assert {"hb_mapper", "hrt_boardd", "hrt_model_exec", "hb_verifier"} <= readme_commands((ROOT / "README.md").read_text())
     missing = sorted(commands - set(console_scripts()))
-    assert not missing, f"README.md tells users to type {missing}, but pyproject.toml [project.scripts] lacks them"
+    assert not missing, f"the docs tell users to type {missing}, but pyproject.toml [project.scripts] lacks them"
 
 
-def test_every_console_script_is_documented():
-    readme = (ROOT / "README.md").read_text()
-    undocumented = sorted(s for s in console_scripts() if not re.search(rf"(?<![\w-]){re.escape(s)}(?![\w-])", readme))
-    assert not undocumented, f"console scripts missing from README.md: {undocumented}"
+def test_every_console_script_has_its_reference_page():
+    """Each console script's page renders its click definition (mkdocs-click) and is in the site's nav."""
+    nav = (ROOT / "mkdocs.yml").read_text()
+    missing = []
+    for script, target in console_scripts().items():
+        page = ROOT / "docs" / "reference" / f"{script}.md"
+        module = target.split(":")[0]
+        if not page.exists() or f":module: {module}" not in page.read_text() or f"reference/{script}.md" not in nav:
+            missing.append(script)
+    assert not missing, f"console scripts without a reference page in docs/reference/ and mkdocs.yml: {missing}"
 
 
 def source_files() -> set:
