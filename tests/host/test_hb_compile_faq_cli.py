@@ -6,8 +6,6 @@ import csv
 import json
 import math
 import re
-import subprocess
-import sys
 from dataclasses import dataclass
 from typing import Dict, List
 
@@ -18,6 +16,7 @@ from onnx import TensorProto
 
 from bpuemu.host.config.j6 import load_compile_config
 
+from helpers.console import run
 from j6_helpers import (argmax, cal_dir, conv_model, conv_reshape_concat, convert, ends_in_conv, int32_mul,
                         transpose_between_convs, where_neg_inf, write_yaml)
 
@@ -56,7 +55,7 @@ def _log_table(log: str) -> Dict[str, Dict[str, str]]:
 
 def hb_compile(tmp_path, model: onnx.ModelProto, march: str = "nash-e", quant_config=None, name: str = "m",
                calibration=None, cal_dtype=np.float32) -> Compiled:
-    """``hb_compile -c config.yaml`` (the console script's module) in ``tmp_path/name``: the model, three
+    """``hb_compile -c config.yaml`` (the console script) in ``tmp_path/name``: the model, three
     calibration samples per input, the yaml, and ``quant_config.json`` when ``quant_config`` is given."""
     d = tmp_path / name
     d.mkdir()
@@ -69,9 +68,8 @@ def hb_compile(tmp_path, model: onnx.ModelProto, march: str = "nash-e", quant_co
         cal["quant_config"] = "quant_config.json"
     write_yaml(str(d / "config.yaml"), "m.onnx", march, prefix="m",
                inputs={n: {"cal_data_dir": dirs[n]} for n in shapes}, calibration=cal)
-    run = subprocess.run([sys.executable, "-m", "bpuemu.host.cli.hb_compile", "-c", "config.yaml"], cwd=str(d),
-                         capture_output=True, text=True, timeout=300)
-    assert run.returncode == 0, run.stderr[-2000:]
+    code, out = run("hb_compile", "-c", "config.yaml", cwd=str(d))
+    assert code == 0, out[-2000:]
     log = (d / "hb_compile.log").read_text()
     with open(d / "model_output" / "m_node_info.csv") as f:
         table = {r["Node"]: r for r in csv.DictReader(f)}
