@@ -124,7 +124,7 @@ def store_compile(working_dir: str, key: str, model: model_pb2.Model, blobs: Dic
 def compile_for_board(quantized: onnx.ModelProto, name: str, specs, *, working_dir: str, force_cpu=(), force_bpu=(),
                       build_info=None, march: str = "bayes-e", input_batch: int = 1, layer_out_dump: bool = False,
                       optimize_level: str = "O3", input_sources: Optional[Dict[str, str]] = None,
-                      dump_all_layers_output: bool = False,
+                      dump_all_layers_output: bool = False, high_precision=(),
                       ) -> Tuple[model_pb2.Model, Dict[str, bytes], bool]:
     """(model entry, blobs, cache hit) for the `.bin`."""
     from bpuemu.host.compiler.partition import compile_model
@@ -147,6 +147,8 @@ def compile_for_board(quantized: onnx.ModelProto, name: str, specs, *, working_d
     parts = [name.encode(), march.encode(), repr(sorted(force_cpu)).encode(), repr(sorted(force_bpu)).encode(),
              b"".join(s.SerializeToString(deterministic=True) for s in specs),
              repr(sorted((input_sources or {}).items())).encode()]
+    if high_precision:
+        parts.append(repr(sorted(high_precision)).encode())
     key = cache_key(board_model, parts)
     use_cache = optimize_level == "O3"
     if use_cache:
@@ -158,7 +160,8 @@ def compile_for_board(quantized: onnx.ModelProto, name: str, specs, *, working_d
             log.info("compile cache hit (%s): reusing the compiled model", os.path.join(working_dir, CACHE_DIR))
             return model, blobs, True
     compiled = compile_model(board_model, name, specs, force_cpu=sorted(force_cpu), force_bpu=sorted(force_bpu),
-                             build_info=build_info, march=march, input_sources=input_sources)
+                             build_info=build_info, march=march, input_sources=input_sources,
+                             high_precision=sorted(high_precision))
     if use_cache:
         store_compile(working_dir, key, compiled.model, compiled.blobs)
     return compiled.model, compiled.blobs, False

@@ -115,15 +115,32 @@ class _Graph(GraphIndex):
         return tensor in self.inits or (p is not None and p.op_type == DQ)
 
 
-def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str], force_bpu: Set[str]) -> str:
+@dataclass(frozen=True)
+class _J6:
+    """What the J6 placement rules let the partition put on the BPU (empty on the X5)."""
+
+    #: Nodes placed on the BPU that compute on integers as they are (an int32 Mul, ArgMax's Cast).
+    integer_on_bpu: bool = False
+    #: BPU nodes whose float output leaves the BPU unquantized (the tail Conv's int32 / float32).
+    high_precision: frozenset = frozenset()
+
+
+def _integer_exact(g: _Graph, node: onnx.NodeProto) -> bool:
+    ins = [i for i in node.input if i and i not in g.inits]
+    return bool(ins) and not any(g.is_float(t) for t in ins + [o for o in node.output if o])
+
+
+def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str], force_bpu: Set[str], j6: _J6 = _J6()) -> str:
     op = BPU_OPS.get(node.op_type)
+    if j6.integer_on_bpu and node.name in force_bpu and node.name not in force_cpu and _integer_exact(g, node):
+        return "BPU"
     if node.name in force_cpu or op is None or (op.cpu_by_default and node.name not in force_bpu):
         return "CPU"
     if not all(g.is_dq_fed(i) for i in node.input if i):
         return "CPU"
     for o in node.output:
-        if not g.is_float(o):
-            continue  # an exact integer result (ArgMax's indices) leaves the BPU as it is
+        if not g.is_float(o) or node.name in j6.high_precision:
+            continue  # an exact integer result (ArgMax's indices), or the tail Conv's, leaves the BPU as it is
         if o in g.outputs:
             return "CPU"
         if any(c.op_type != Q for c in g.readers(o)):
@@ -131,7 +148,8 @@ def _device(g: _Graph, node: onnx.NodeProto, force_cpu: Set[str], force_bpu: Set
     return "BPU"
 
 
-def _partition(g: _Graph, model_name: str, force_cpu: Set[str], force_bpu: Set[str]) -> Tuple[List[Piece], Dict[str, onnx.NodeProto]]:
+def _partition(g: _Graph, model_name: str, force_cpu: Set[str], force_bpu: Set[str],
+               j6: _J6 = _J6()) -> Tuple[List[Piece], Dict[str, onnx.NodeProto]]:
     """Group the graph's nodes into pieces in execution order.
 
     Returns the pieces (BPU subgraphs, CPU ops, input quantizes) and the
@@ -163,7 +181,7 @@ def _partition(g: _Graph, model_name: str, force_cpu: Set[str], force_bpu: Set[s
                 maker.nodes.append(node)
                 piece_of[node.name] = maker
                 continue
-        device = "CPU" if node.op_type == Q else _device(g, node, force_cpu, force_bpu)
+        device = "CPU" if node.op_type == Q else _device(g, node, force_cpu, force_bpu, j6)
         if device == "BPU":
             if current is None:
                 current = Piece(Kind.BPU_SUBGRAPH, f"BPU_{model_name}_subgraph_{n_sub}")
@@ -263,6 +281,7 @@ def compile_model(
     march: str = "bayes-e",
     input_sources: Optional[Dict[str, str]] = None,
     fuse_preprocess_steps: bool = True,
+    high_precision: Sequence[str] = (),
 ) -> CompiledModel:
     """Partition ``quantized`` and build the `.bin` Model entry and its blobs.
 
@@ -270,10 +289,15 @@ def compile_model(
     defaults filled in); an input it does not name gets pyramid for nv12, else ddr.
     ``fuse_preprocess_steps``: compile image inputs' Preprocess into the subgraph that reads them
     (``fuse_preprocess``); False keeps the separate converting step (format 1.0 plans).
+    ``high_precision``: BPU nodes whose output leaves the model unquantized (the J6 tail Conv).
+    On a J6 march, integer nodes placed on the BPU (in ``force_bpu``) run there.
     """
+    from bpuemu.common.march import MARCHES
+
     g = _Graph(quantized)
     specs = _checked_specs(g, input_specs)
-    pieces, output_dq = _partition(g, model_name, set(force_cpu), set(force_bpu))
+    j6 = _J6(integer_on_bpu=march in MARCHES and MARCHES[march].is_j6, high_precision=frozenset(high_precision))
+    pieces, output_dq = _partition(g, model_name, set(force_cpu), set(force_bpu), j6)
     piece_nodes, made_by = _connect(g, pieces, output_dq)
     blobs: Dict[str, bytes] = {}
     plan = _preprocess_steps(specs)

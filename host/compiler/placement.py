@@ -15,14 +15,38 @@ table), its subgraph id, and -- for every CPU node -- why. Rules, in order:
    high-precision output (ptq_faq_x5 6.6.1.3).
 5. node_info / run_on_cpu / run_on_bpu override all of the above.
 
+On a J6 march (``March.is_j6``) rules 2 and 4 read the precision the
+quant_config gives each node (``qtypes``: node -> its qtype and where it was
+configured) and ptq_faq_j6's int32 cases:
+
+* a node configured to a qtype the march's BPU lacks (float32; float16 on
+  nash-e/m) runs on the CPU; a qtype configured per op type or per node that
+  the BPU has moves a node the tail rule or the Softmax default would put on
+  the CPU onto the BPU (the FAQ's "force them onto BPU");
+* the tail Conv is a Conv (or Gemm) after which no MAC op (Conv,
+  ConvTranspose, Gemm, MatMul) runs on the BPU; the tail rule covers every
+  BPU op after it, active ones too (ReLU, Add), and the tail Conv itself
+  outputs ``March.tail_output_dtype`` (int32 on nash-e/m, float32 on
+  nash-b/h/p) when no BPU op reads it;
+* a node whose inputs are already integers in the model (an int32 Mul) runs
+  on the BPU without quantization;
+* ArgMax outputs int64 (ONNX), which the BPU does not: it runs on the CPU
+  unless a Cast to int8/int16/int32 follows it, which then runs with it on the
+  BPU.
+
+Each node also gets its ``output_dtype`` (the type the node table's "Output
+Data Type" shows; quantization refines it, bpuemu.host.quant.precision) and,
+when a configured qtype does not take effect, ``qtype_note`` saying why.
+
 Consecutive BPU nodes (in topological order) between CPU nodes form one
 subgraph: id(0), id(1), ...
 """
 from dataclasses import dataclass, field
-from typing import Dict, Iterable, List, Optional, Set
+from typing import Dict, Iterable, List, Mapping, Optional, Set, Tuple
 
 import onnx
 
+from bpuemu.common.march import March
 from bpuemu.host.compiler.optable import BPU_OPS, check_constraints
 from bpuemu.host.onnxgraph import GraphIndex
 
@@ -35,6 +59,14 @@ class NodePlacement:
     bpu_type: str            # BPU type name, or the op type for CPU nodes
     subgraph: Optional[int] = None
     reason: str = ""         # why a node runs on the CPU
+    #: The node's output data type ("int8", "int16", "int32", "float32", ...); "" when not resolved (X5 flow).
+    output_dtype: str = ""
+    #: Why a qtype the quant_config gives this node does not take effect ("" when it does or none is given).
+    qtype_note: str = ""
+    #: Why the node's Calibrated Cosine is nan ("" when it is a number).
+    cosine_note: str = ""
+    #: A BPU node whose output leaves the model unquantized (the J6 tail Conv: int32 / float32).
+    high_precision: bool = False
 
 
 @dataclass
@@ -75,6 +107,11 @@ class Placement:
     def cpu_reasons(self) -> List[str]:
         return [f"{n.name} ({n.op_type}) runs on CPU: {n.reason}" for n in self.nodes if n.on == "CPU" and n.reason]
 
+    @property
+    def high_precision_nodes(self) -> Set[str]:
+        """BPU nodes whose output leaves the model unquantized (the J6 tail Conv's int32/float32)."""
+        return {n.name for n in self.nodes if n.on == "BPU" and n.high_precision}
+
 
 def place(
     model: onnx.ModelProto,
@@ -82,17 +119,25 @@ def place(
     force_cpu: Iterable[str] = (),
     force_bpu: Iterable[str] = (),
     softmax_on_bpu: bool = False,
+    march: Optional[March] = None,
+    qtypes: Optional[Mapping[str, Tuple[str, str]]] = None,
 ) -> Placement:
     """Place every node of ``model`` (a float model, optimized or not); ``model`` is not changed.
 
     An unnamed node is placed as ``<op_type>_<index>`` (its index among the
-    non-Constant nodes).
+    non-Constant nodes). ``march``: the J6 rules apply on a J6 march (None: the
+    X5's); ``qtypes``: node -> (qtype, where configured), from the quant_config.
     """
     g = model.graph
     nodes = [n for n in g.node if n.op_type != "Constant"]
     names = [n.name or f"{n.op_type}_{i}" for i, n in enumerate(nodes)]
     result = {name: _initial(name, n, model, softmax_on_bpu) for name, n in zip(names, nodes)}
-    _follow_passive(model, nodes, names, result, set(quantized_inputs))
+    if march is not None and march.is_j6:
+        from bpuemu.host.compiler.j6rules import place_j6
+
+        place_j6(model, nodes, names, result, set(quantized_inputs), march, qtypes or {}, _follow_passive)
+    else:
+        _follow_passive(model, nodes, names, result, set(quantized_inputs))
     _apply_overrides(nodes, names, result, set(force_cpu), set(force_bpu))
     return Placement(_number_subgraphs([result[name] for name in names]))
 
@@ -111,9 +156,10 @@ def _initial(name: str, n: onnx.NodeProto, model: onnx.ModelProto, softmax_on_bp
     return NodePlacement(name, n.op_type, "BPU", op.bpu_type)
 
 
-def _follow_passive(model, nodes, names, result: Dict[str, NodePlacement], quantized_inputs: Set[str]) -> None:
+def _follow_passive(model, nodes, names, result: Dict[str, NodePlacement], quantized_inputs: Set[str],
+                    tail_rule: bool = True) -> None:
     """Rules 3 and 4, repeated until nothing changes: passive ops follow their
-    inputs, and a passive op at the model tail after an int32-output op runs on the CPU."""
+    inputs, and (``tail_rule``) a passive op at the model tail after an int32-output op runs on the CPU."""
     idx = GraphIndex(model)
     constants = set(idx.inits) | {t for t, n in idx.producer.items() if n.op_type == "Constant"}
     outputs = set(idx.outputs)
@@ -145,7 +191,7 @@ def _follow_passive(model, nodes, names, result: Dict[str, NodePlacement], quant
                 p.on, p.bpu_type = "CPU", n.op_type
                 p.reason = "passive quantization: runs on the BPU only between BPU ops, and an input comes from the CPU"
                 changed = True
-        for name, n in passive:
+        for name, n in passive if tail_rule else ():
             p = result[name]
             if p.on == "BPU" and any(o in outputs for o in n.output) and after_int32_output(n):
                 p.on, p.bpu_type = "CPU", n.op_type

@@ -20,9 +20,15 @@ loader checks the rest:
   ``layer_out_dump``.
 * ``std_value`` (input_parameters) may stand for ``scale_value``: the data is
   divided by it (scale = 1 / std), per input and per channel.
+* The calibration method is quant_config's: ``model_config.activation.calibration_type``
+  wins over ``calibration_parameters.calibration_type`` (legacy on J6), which is
+  used only when the quant_config does not set one (``calibration_rule``). The
+  winner is what every check of the yaml reads (cal_data_dir, max_percentile),
+  and ``CompileConfig.calibration_line`` says, in one log line, which it was.
 
 Each refusal is one line naming the key and the answer.
 """
+import json
 import os
 from dataclasses import dataclass, replace
 from typing import Any, Dict, List, Optional, Union
@@ -62,6 +68,8 @@ class CompileConfig:
     config: MapperConfig
     quant_config: QuantConfig = None
     debug_mode: Optional[str] = None
+    #: The calibration method in effect and where it came from (calibration_rule), one log line.
+    calibration_line: str = ""
 
     @property
     def dump_all_layers_output(self) -> bool:
@@ -105,12 +113,13 @@ def parse_compile_config(raw: Any, base_dir: str, *, check_files: bool = True, p
         mp["debug_mode"] = debug_mode
     cal = doc.get(_CAL) if isinstance(doc.get(_CAL), dict) else {}
     quant_config = _quant_config(cal.pop("quant_config", None), base_dir, check_files)
+    calibration_line = calibration_rule(cal, quant_config)
     _std_as_scale(doc.get(_IN))
     mp["march"] = "bayes-e"  # the X5 tables check the rest; the J6 march was checked above
     _kept_layouts(doc, base_dir, model_inputs)
     cfg = parse_config(doc, base_dir, check_files=check_files, path=path)
     cfg = replace(cfg, model=replace(cfg.model, march=march))
-    return CompileConfig(cfg, quant_config, debug_mode)
+    return CompileConfig(cfg, quant_config, debug_mode, calibration_line)
 
 
 def _refuse_x5_keys(doc: Dict[str, Any]) -> None:
@@ -171,6 +180,47 @@ def _quant_config(value: Any, base_dir: str, check_files: bool) -> QuantConfig:
         return path
     raise InvalidInput(f"quant_config (calibration_parameters) must be a JSON file's path or a mapping, "
                        f"not {type(value).__name__}")
+
+
+_QC_CALIBRATION = "quant_config model_config.activation.calibration_type"
+_YAML_CALIBRATION = "calibration_parameters.calibration_type"
+
+
+def calibration_rule(cal: Dict[str, Any], quant_config: QuantConfig) -> str:
+    """The run's one calibration method: the quant_config's model-level calibration_type when it sets
+    one, else the yaml's (legacy on J6), else default. Writes the winner into ``cal`` (the yaml's
+    calibration_parameters) and returns the log line saying which it is and where it came from."""
+    from_qc = _quant_config_calibration(quant_config)
+    from_yaml = cal.get("calibration_type")
+    from_yaml = None if from_yaml in (None, "") else str(from_yaml)
+    if from_qc is not None:
+        cal["calibration_type"] = from_qc
+        if from_yaml is not None and from_yaml != from_qc:
+            return (f"calibration_type {from_qc}: from {_QC_CALIBRATION}, which wins; {_YAML_CALIBRATION} "
+                    f"{from_yaml} is legacy on J6 and is not used")
+        return f"calibration_type {from_qc}: from {_QC_CALIBRATION}"
+    if from_yaml is not None:
+        return (f"calibration_type {from_yaml}: from {_YAML_CALIBRATION} (legacy on J6; {_QC_CALIBRATION} "
+                "wins when set)")
+    return f"calibration_type default: neither {_QC_CALIBRATION} nor {_YAML_CALIBRATION} is set"
+
+
+def _quant_config_calibration(quant_config: QuantConfig) -> Optional[str]:
+    """model_config.activation.calibration_type of a quant_config when it is one of the calibration types;
+    None otherwise (a quant_config that cannot be read or holds a bad value is refused with its own
+    message when the conversion parses it, bpuemu.host.quant.quant_config)."""
+    data = quant_config
+    if isinstance(quant_config, str):
+        try:
+            with open(quant_config, encoding="utf-8") as f:
+                data = json.load(f)
+        except (OSError, UnicodeDecodeError, ValueError):
+            return None
+    try:
+        value = data["model_config"]["activation"]["calibration_type"]
+    except (KeyError, TypeError):
+        return None
+    return value if value in T.CALIBRATION_TYPES else None
 
 
 def kept_layout(shape, input_type_train: str) -> str:

@@ -5,11 +5,23 @@ Type; this module adds the columns after them, from one place for the log
 table and (J6) ``*_node_info.csv``:
 
 * X5 (``hb_mapper makertbin``): ``Cosine Similarity``, ``Threshold``.
-* J6 (``hb_compile``): ``Output Data Type`` (read from the quantized model and
-  the placement: the type of the QuantizeLinear after a BPU node's output,
-  the march's tail output type for a model-tail Conv that outputs at high
-  accuracy, the tensor's own type otherwise), ``Calibrated Cosine`` (the node
-  cosine of the calibrated against the float model) and ``Threshold``.
+* J6 (``hb_compile``): ``Output Data Type``, ``Calibrated Cosine`` (the node
+  cosine of the calibrated against the float model; ``nan`` where
+  ptq_faq_j6's nan cases apply, bpuemu.host.quant.nan_cosine) and
+  ``Threshold``; ``*_node_info.csv`` adds ``Note``: why a configured qtype did
+  not take effect (``NodePlacement.qtype_note``), why the cosine is nan
+  (``cosine_note``), why a node runs on the CPU, and float16 emulated with
+  int16.
+
+``Output Data Type`` is ``NodePlacement.output_dtype``, what placement (the J6
+rules: the tail Conv's int32/float32, int32 inputs, ArgMax's Cast) and
+quantization (bpuemu.host.quant.precision: int8/int16) decided. Where they
+left it unset, it is read from the quantized model (``model_output_dtypes``):
+the type of the QuantizeLinear after a BPU node's output, the march's tail type
+for a model-tail Conv left unquantized, the tensor's own type otherwise. The
+two agree on every node but two, where the table says what the board does:
+a node configured float16 (the model holds its int16 emulation) and an ArgMax
+fused with its Cast (the model's ArgMax outputs int64, the BPU the Cast's type).
 """
 from typing import Dict, List, Optional
 
@@ -17,14 +29,12 @@ import onnx
 
 from bpuemu.common.march import March
 from bpuemu.host.compiler.optable import BPU_OPS
-from bpuemu.host.onnxgraph import Q, GraphIndex
+from bpuemu.host.onnxgraph import Q, GraphIndex, elem_type_name
+from bpuemu.host.quant.precision import FLOAT16, FLOAT16_EMULATION
 
-#: ONNX elem types as the node table names them.
-_DTYPE = {onnx.TensorProto.FLOAT: "float32", onnx.TensorProto.FLOAT16: "float16", onnx.TensorProto.INT8: "int8",
-          onnx.TensorProto.UINT8: "uint8", onnx.TensorProto.INT16: "int16", onnx.TensorProto.UINT16: "uint16",
-          onnx.TensorProto.INT32: "int32", onnx.TensorProto.INT64: "int64", onnx.TensorProto.BOOL: "bool",
-          onnx.TensorProto.DOUBLE: "float64"}
 J6_COLUMNS = ("Output Data Type", "Calibrated Cosine", "Threshold")
+#: The column ``*_node_info.csv`` adds to the log table's.
+NOTE = "Note"
 
 
 def _elem_types(model: onnx.ModelProto) -> Dict[str, int]:
@@ -36,8 +46,8 @@ def _elem_types(model: onnx.ModelProto) -> Dict[str, int]:
     return types
 
 
-def output_dtypes(placement, quantized: onnx.ModelProto, march: March) -> Dict[str, str]:
-    """Node name -> the data type its first output has on the board (see the module docstring)."""
+def model_output_dtypes(placement, quantized: onnx.ModelProto, march: March) -> Dict[str, str]:
+    """Node name -> the data type the quantized model gives its first output (see the module docstring)."""
     if not any(vi.name for vi in quantized.graph.value_info):
         quantized = onnx.shape_inference.infer_shapes(quantized)
     idx = GraphIndex(quantized)
@@ -49,7 +59,7 @@ def output_dtypes(placement, quantized: onnx.ModelProto, march: March) -> Dict[s
         if q is None:
             return None
         zp = q.input[2] if len(q.input) > 2 and q.input[2] else ""
-        return _DTYPE.get(types.get(zp, onnx.TensorProto.UINT8), "int8")
+        return elem_type_name(types.get(zp, onnx.TensorProto.UINT8), "int8")
 
     out = {}
     for p in placement.nodes:
@@ -66,17 +76,42 @@ def output_dtypes(placement, quantized: onnx.ModelProto, march: March) -> Dict[s
                 dtype = quantized_as(readers[0].output[0])
         if dtype is None and p.on == "BPU" and BPU_OPS.get(p.op_type) and BPU_OPS[p.op_type].int32_output:
             dtype = march.tail_output_dtype   # the model-tail Conv's high-accuracy output
-        out[p.name] = dtype or _DTYPE.get(types.get(t, 0), "float32")
+        out[p.name] = dtype or elem_type_name(types.get(t, 0))
     return out
 
 
 def node_columns(placement, quantized: onnx.ModelProto, cosines: Dict[str, float], thresholds: Dict[str, float],
                  march: March) -> Dict[str, List[str]]:
-    """The columns after Node, ON, Subgraph and Type, by the march's flow."""
+    """The columns after Node, ON, Subgraph and Type, by the march's flow. On a J6 march a node whose
+    ``output_dtype`` placement and quantization left unset gets the quantized model's."""
     nodes = placement.nodes
     cos = [f"{cosines[n.name]:.6f}" if n.name in cosines else "--" for n in nodes]
     thr = [f"{thresholds[n.name]:.6f}" if n.name in thresholds else "--" for n in nodes]
     if not march.is_j6:
         return {"Cosine Similarity": cos, "Threshold": thr}
-    dtypes = output_dtypes(placement, quantized, march)
-    return {"Output Data Type": [dtypes[n.name] for n in nodes], "Calibrated Cosine": cos, "Threshold": thr}
+    from_model = model_output_dtypes(placement, quantized, march)
+    for n in nodes:
+        n.output_dtype = n.output_dtype or from_model[n.name]
+    return {"Output Data Type": [n.output_dtype for n in nodes], "Calibrated Cosine": cos, "Threshold": thr}
+
+
+def node_note(p) -> str:
+    """What ``*_node_info.csv``'s Note says of a node ("" when nothing needs saying)."""
+    notes = [p.qtype_note, p.cosine_note]
+    if p.on == "CPU" and p.reason and not p.qtype_note:  # a qtype note says why more precisely
+        notes.insert(0, p.reason)
+    if p.output_dtype == FLOAT16 and p.on == "BPU":
+        notes.append(f"float16 computed with {FLOAT16_EMULATION} quantization (bpuemu has no float16 BPU kernels)")
+    return "; ".join(x for x in notes if x)
+
+
+def node_rows(placement, columns: Dict[str, List[str]], march: March) -> List[Dict[str, str]]:
+    """The table as rows (one dict per node): Node, ON, Subgraph, Type, the columns, and on J6 the Note."""
+    rows = []
+    for i, n in enumerate(placement.nodes):
+        row = {"Node": n.name, "ON": n.on, "Subgraph": f"id({n.subgraph})" if n.subgraph is not None else "--",
+               "Type": n.bpu_type, **{k: col[i] for k, col in columns.items()}}
+        if march.is_j6:
+            row[NOTE] = node_note(n)
+        rows.append(row)
+    return rows

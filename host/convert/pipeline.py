@@ -41,7 +41,7 @@ from bpuemu.common.version import __version__
 from bpuemu.host.convert.caldata import CalInput, iter_samples, to_model_inputs
 from bpuemu.host.convert.optimizer import optimize
 from bpuemu.host.convert.preprocess import InputPreprocess, insert_preprocess
-from bpuemu.host.onnxgraph import graph_inputs, has_qdq, load_onnx, name_nodes, open_session
+from bpuemu.host.onnxgraph import elem_type_name, graph_inputs, has_qdq, load_onnx, name_nodes, open_session
 from bpuemu.host.quant.stages import StageClock, stages_line
 
 log = logging.getLogger("bpuemu.host.makertbin")
@@ -84,7 +84,7 @@ class ConvertJob:
     #: The ONNX model in onnx_model when the caller has read it already (the run takes it over
     #: and reshapes it); None: the run reads onnx_model.
     float_model: Optional[onnx.ModelProto] = field(default=None, repr=False, compare=False)
-    #: calibration_parameters.quant_config of a J6 yaml as given: a JSON file's absolute path, or the
+    #: calibration_parameters.quant_config of the J6 flow as given: a JSON file's absolute path, or the
     #: inline mapping; None when not set (bpuemu.host.quant.quant_config reads it).
     quant_config: Union[None, str, dict] = None
     #: debug_mode dump_all_layers_output (J6): a dequantized output after each Conv and MatMul.
@@ -111,6 +111,11 @@ class Artifacts:
     output_agreements: Dict[str, float] = field(default_factory=dict)
     #: Stage -> (wall s, CPU s) of this run (bpuemu.host.quant.stages.STAGES, in that order).
     stages: Dict[str, Tuple[float, float]] = field(default_factory=dict)
+    #: Per node, in graph order (bpuemu.host.compiler.placement.NodePlacement): ON, subgraph, and on a
+    #: J6 march or with a quant_config the resolved output_dtype, qtype_note and cosine_note.
+    nodes: List = field(default_factory=list)
+    #: Node -> the calibration threshold of its quantized input (the table's "Threshold" column).
+    thresholds: Dict[str, float] = field(default_factory=dict)
     #: J6 only ("" on the X5): the fixed-point model, the one with removed nodes, the node table.
     bc: str = ""
     removed_bc: str = ""
@@ -203,7 +208,8 @@ def _cut_at(model: onnx.ModelProto, output_nodes: Sequence[str]) -> onnx.ModelPr
     return utils.Extractor(inferred).extract_model(inputs, outs)
 
 
-def input_spec(ji: JobInput) -> model_pb2.InputSpec:
+def input_spec(ji: JobInput, featuremap_dtype: str = "float32") -> model_pb2.InputSpec:
+    """The `.bin` input spec of ``ji``; ``featuremap_dtype``: a featuremap input's type in the model."""
     p = ji.pre
     if p.is_image:
         n, a, b, c = ji.shape
@@ -211,7 +217,7 @@ def input_spec(ji: JobInput) -> model_pb2.InputSpec:
         shape = nhwc if p.model_layout == "NHWC" else (nhwc[0], nhwc[3], nhwc[1], nhwc[2])
         dtype = "int8"
     else:
-        shape, dtype = ji.shape, "float32"
+        shape, dtype = ji.shape, featuremap_dtype
     return model_pb2.InputSpec(
         name=p.name, input_type_rt=p.input_type_rt,
         input_layout_rt="" if p.input_type_rt in ("nv12", "featuremap") else (ji.input_layout_rt or p.input_layout_train),
@@ -268,13 +274,13 @@ def run(job: ConvertJob) -> Artifacts:
     clock = StageClock()
     j6 = job.march_spec.is_j6
     with Staging(job.working_dir, "hb_compile" if j6 else "makertbin", log) as stage:
-        sha, cosines, table, out_cos, agreements, rows, removed = _convert(job, stage.dir, clock)
+        done = _convert(job, stage.dir, clock)
         checkpoint("makertbin:converted")
         stage.publish()
     saved = [("original", "original float model"), ("optimized", "optimized float model"),
              ("calibrated", "calibrated model"), ("quantized", "ptq model" if j6 else "quantized model")]
     if j6:
-        saved += [("bc", "quantized model")] + ([("removed_bc", "quantized removed model")] if removed else [])
+        saved += [("bc", "quantized model")] + ([("removed_bc", "quantized removed model")] if done.removed else [])
         saved += [("node_info", "node info"), ("bin", "hbm model")]
     else:
         saved += [("bin", "runtime model")]
@@ -287,55 +293,141 @@ def run(job: ConvertJob) -> Artifacts:
     log.info("End Model Convert (%.1f s)", total[0])
     extra = {}
     if j6:
-        extra = dict(bc=final["bc"], removed_bc=final["removed_bc"] if removed else "", node_info=final["node_info"],
-                     node_rows=rows)
+        extra = dict(bc=final["bc"], removed_bc=final["removed_bc"] if done.removed else "",
+                     node_info=final["node_info"], node_rows=done.rows)
     return Artifacts(final["original"], final["optimized"], final["calibrated"], final["quantized"], final["bin"],
-                     sha, cosines, table, out_cos, agreements, stages, **extra)
+                     done.sha, done.sim.nodes, done.table, done.sim.outputs, done.sim.agreements, stages,
+                     done.placement.nodes, done.thresholds, **extra)
 
 
-def _convert(job: ConvertJob, out_dir: str, clock: StageClock):
+@dataclass
+class _Converted:
+    """What ``_convert`` hands back to ``run``: the deployable model's SHA-256, the similarity and
+    node table, the placement (its nodes carry the J6 precision notes) and the removed nodes."""
+
+    sha: str
+    sim: object
+    table: str
+    rows: List[Dict[str, str]]
+    placement: object
+    thresholds: Dict[str, float]
+    removed: List[str]
+
+
+def _convert(job: ConvertJob, out_dir: str, clock: StageClock) -> _Converted:
     """Every stage of the conversion, writing into ``out_dir`` (the staging directory)."""
+    from bpuemu.host.quant.quant_config import parse_quant_config
+
+    arch = job.march_spec
+    qconfig = parse_quant_config(job.quant_config, arch)   # a bad quant_config fails before any work
     paths = artifact_paths(job, out_dir)
     original = insert_preprocess(float_model(job), [ji.pre for ji in job.inputs])
+    if qconfig is not None:
+        original = _apply_quant_config_to_model(original, qconfig)
     _save(original, paths["original"])
 
     optimized = optimize(original)
     _save(optimized, paths["optimized"])
 
     image_inputs = [ji.pre.name for ji in job.inputs if ji.pre.is_image]
-    placement = _place(optimized, job, image_inputs)
+    resolved = _resolve_quant_config(qconfig, optimized)
+    placement = _place(optimized, job, image_inputs, arch, resolved)
     for line in placement.cpu_reasons():
         log.info(line)
 
-    specs = [input_spec(ji) for ji in job.inputs]
-    feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir, clock)
+    specs = [input_spec(ji, _input_dtype(optimized, ji.pre.name)) for ji in job.inputs]
+    feeds, params, quantized = _quantize(job, optimized, placement, image_inputs, specs, paths, out_dir, clock,
+                                         qconfig, resolved)
+    if arch.is_j6 or qconfig is not None:
+        from bpuemu.host.quant.precision import resolve_precision
+
+        resolve_precision(placement, params.plan, resolved, arch.name, log)
     eval_feeds = feeds[: min(len(feeds), 16)]
+    explain = _nan_explainer(placement, params, original) if arch.is_j6 else None
     with clock.stage("cosine table"):
-        sim, table, rows = _report_accuracy(optimized, quantized, placement, params, eval_feeds, job.march_spec)
+        sim, table, rows = _report_accuracy(optimized, quantized, placement, params, eval_feeds, arch, explain)
+    thresholds = getattr(params, "node_thresholds", lambda: {})()
 
     checkpoint("makertbin:compiling")
     with clock.stage("emit/compile"):
-        if job.march_spec.is_j6:
+        if arch.is_j6:
             from bpuemu.host.convert.j6_artifacts import write_j6_artifacts
 
             specs = sorted(specs, key=lambda s: s.name)  # the .hbm's input order (j6_artifacts)
             model, blobs, removed = _compile(job, quantized, placement, specs, keep_full=True)
             _log_estimate(job, model, blobs)
             sha = write_j6_artifacts(job, paths, quantized, placement, rows, model, blobs, removed)
-            return sha, sim.nodes, table, sim.outputs, sim.agreements, rows, removed
+            return _Converted(sha, sim, table, rows, placement, thresholds, removed)
         model, blobs = _compile(job, quantized, placement, specs)
         _log_estimate(job, model, blobs)
         sha = write_bin(paths["bin"], [model], blobs)
-    return sha, sim.nodes, table, sim.outputs, sim.agreements, rows, []
+    return _Converted(sha, sim, table, rows, placement, thresholds, [])
+
+
+def _nan_explainer(placement, params, original: onnx.ModelProto):
+    """What the J6 flow does to the node cosines: a node whose Calibrated Cosine is nan, or whose input
+    is all zeros (a threshold of 0), shows nan with the reason in its cosine_note and the log
+    (bpuemu.host.quant.nan_cosine); the conversion goes on."""
+    from bpuemu.host.quant.nan_cosine import nan_cosine_notes
+
+    def explain(cosines: Dict[str, float]) -> None:
+        placed = placement.by_name()
+        for name, note in nan_cosine_notes(placement, params, original, cosines).items():
+            placed[name].cosine_note = note
+            cosines[name] = float("nan")
+            log.warning("Calibrated Cosine of node %s (%s) is nan: %s", name, placed[name].op_type, note)
+    return explain
+
+
+def _input_dtype(model: onnx.ModelProto, name: str) -> str:
+    """The element type of input ``name`` of ``model`` ("float32" unless the model says otherwise: an int32
+    featuremap runs as int32, ptq_faq_j6 int32 case 2)."""
+    vi = next((i for i in model.graph.input if i.name == name), None)
+    return elem_type_name(vi.type.tensor_type.elem_type) if vi is not None else "float32"
+
+
+def _apply_quant_config_to_model(original: onnx.ModelProto, qconfig) -> onnx.ModelProto:
+    """The quant_config's node names checked against the float model (named as the tables name them),
+    and the unitconvs its node_config asks for inserted (bpuemu.host.convert.unitconv)."""
+    from bpuemu.host.convert.unitconv import insert_unitconvs
+
+    name_nodes(original)
+    qconfig.check_names({n.name: n.op_type for n in original.graph.node if n.op_type != "Constant"}, log)
+    where = qconfig.unitconvs()
+    if where:
+        original = insert_unitconvs(original, where)
+        for node, side in where.items():
+            log.info("unitconv %s_unitconv inserted %s node %s (quant_config node_config unitconv)", node, side, node)
+    return original
+
+
+def _resolve_quant_config(qconfig, optimized: onnx.ModelProto):
+    """Node -> its resolved quant_config (empty without one); node_config names the optimizer fused away
+    are logged, since their configuration no longer applies."""
+    from bpuemu.host.quant.quant_config import configured_nodes
+
+    if qconfig is None:
+        return {}
+    nodes = [(n.name, n.op_type) for n in optimized.graph.node if n.op_type != "Constant"]
+    present = {n for n, _ in nodes}
+    for name in qconfig.nodes:
+        if name not in present:
+            log.warning("%s: node %s was removed by the optimizer (folded or fused into another node); its "
+                        "node_config does not apply", qconfig.source, name)
+    return configured_nodes(qconfig, nodes)
 
 
 def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inputs: Sequence[str], specs,
-              paths: Dict[str, str], out_dir: str, clock: StageClock):
+              paths: Dict[str, str], out_dir: str, clock: StageClock, qconfig=None, resolved=None):
     """Calibration on the job's data, then the calibrated and quantized models (both saved).
     Returns (calibration feeds, quantization parameters, quantized model)."""
     from bpuemu.host import quant
+    from bpuemu.host.quant.quant_config import quant_options
 
     options = job.quant_options or quant.QuantOptions()
+    if qconfig is not None or placement.high_precision_nodes:
+        outputs = {n.name: tuple(n.output) for n in optimized.graph.node}
+        options = quant_options(qconfig, options, resolved or {}, placement, outputs)
     feeds = calibration_feeds(job, specs, out_dir) if options.calibration_type not in ("skip", "load") else []
     if options.calibration_type not in ("skip", "load") and not feeds:
         raise InvalidInput("no calibration data: set cal_data_dir for every input, or calibration_type: skip")
@@ -351,20 +443,21 @@ def _quantize(job: ConvertJob, optimized: onnx.ModelProto, placement, image_inpu
 
 
 def _report_accuracy(optimized: onnx.ModelProto, quantized: onnx.ModelProto, placement, params, eval_feeds,
-                     march: Optional[March] = None):
-    """The node table with each node's cosine similarity and threshold, the per-output lines and
-    the Concat check, all logged. Returns (the similarity, the table, its rows)."""
+                     march: Optional[March] = None, explain=None):
+    """The node table (bpuemu.host.convert.nodetable) with each node's cosine similarity and threshold,
+    the per-output lines and the Concat check, all logged; ``explain(cosines)`` may mark cosines nan
+    first (the J6 flow). Returns (the similarity, the table, its rows)."""
     from bpuemu.host import quant
-    from bpuemu.host.convert.nodetable import node_columns
+    from bpuemu.host.convert.nodetable import node_columns, node_rows
 
     sim = quant.similarity(optimized, quantized, eval_feeds)  # node and output cosines from one run
+    if explain is not None:
+        explain(sim.nodes)
     cosines = sim.nodes
     thresholds = getattr(params, "node_thresholds", lambda: {})()
     columns = node_columns(placement, quantized, cosines, thresholds, march or march_of())
     table = placement.table(columns)
-    rows = [dict(zip(["Node", "ON", "Subgraph", "Type"] + list(columns),
-                     [n.name, n.on, f"id({n.subgraph})" if n.subgraph is not None else "--", n.bpu_type]
-                     + [col[i] for col in columns.values()])) for i, n in enumerate(placement.nodes)]
+    rows = node_rows(placement, columns, march or march_of())
     for line in table.splitlines():
         log.info(line)
     if sim.fused and cosines:
@@ -384,6 +477,7 @@ def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs, keep
     model, blobs, _ = compile_for_board(
         quantized, job.output_model_file_prefix, specs, working_dir=job.working_dir,
         force_cpu=placement.cpu_nodes, force_bpu=placement.bpu_nodes, build_info=job.build_info, march=job.march,
+        high_precision=placement.high_precision_nodes,
         input_batch=job.input_batch, layer_out_dump=job.layer_out_dump, optimize_level=job.optimize_level,
         input_sources={ji.pre.name: ji.input_source for ji in job.inputs if ji.input_source},
         dump_all_layers_output=job.dump_all_layers_output)
@@ -456,7 +550,7 @@ def _report_joins(optimized: onnx.ModelProto, quantized: onnx.ModelProto, feeds)
             log.warning(finding.warning())
 
 
-def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[str]):
+def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[str], arch=None, resolved=None):
     """BPU/CPU placement of the optimized model.
 
     A QDQ model (QAT export, calibration_type load) is placed on its float
@@ -484,8 +578,10 @@ def _place(optimized: onnx.ModelProto, job: ConvertJob, image_inputs: Sequence[s
                      n, check_constraints(by_name[n], model))
         force_bpu |= fits - set(job.force_cpu)
         log.info("QAT model: %d node(s) in its integer domain go to the BPU", len(fits))
+    from bpuemu.host.quant.quant_config import placement_qtypes
+
     return place(model, quantized_inputs=image_inputs, force_cpu=job.force_cpu, force_bpu=sorted(force_bpu),
-                 softmax_on_bpu=job.softmax_on_bpu)
+                 softmax_on_bpu=job.softmax_on_bpu, march=arch, qtypes=placement_qtypes(resolved or {}))
 
 
 def _check_loads(model: onnx.ModelProto, path: str) -> None:

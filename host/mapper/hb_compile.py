@@ -26,9 +26,9 @@ from bpuemu.host.convert.pipeline import Artifacts, ConvertJob, load_float_model
 from bpuemu.host.mapper.makertbin import (
     FAST_PERF_REMOVED_TYPES,
     check_custom_ops,
+    fast_perf_inputs,
     float_inputs,
     job_from_config,
-    model_inputs,
     read_float_model,
 )
 from bpuemu.host.onnxgraph import default_opset, load_onnx
@@ -63,6 +63,8 @@ def compile_config(ccfg: CompileConfig, float_model: Optional[onnx.ModelProto] =
         check_onnx_version(float_model, cfg.model.march, os.path.basename(cfg.model.onnx_model or "the model"))
     cfg = cfg.complete(float_inputs(cfg, float_model))
     check_custom_ops(cfg, float_model)
+    if ccfg.calibration_line:
+        log.info(ccfg.calibration_line)
     log_input_parameters(cfg)
     job = j6_job(ccfg, cfg, float_model)
     check_shape_inference(job)
@@ -162,24 +164,7 @@ def fast_perf_config(model_path: str, march_name: str, input_shapes: Dict[str, T
                      working_dir: str = "model_output", prototxt: str = "",
                      model: Optional[onnx.ModelProto] = None) -> CompileConfig:
     m = march_of(march_name)
-    if prototxt:
-        from bpuemu.host.caffe import caffe_inputs
-
-        inputs = caffe_inputs(prototxt)
-        source = {"caffe_model": model_path, "prototxt": prototxt}
-    else:
-        inputs = model_inputs(model if model is not None else model_path)
-        source = {"onnx_model": model_path}
-    names, shapes = [], []
-    for name, shape in inputs:
-        if name in input_shapes:
-            shape = list(input_shapes[name])
-        elif shape and shape[0] is None:
-            shape = [1] + shape[1:]
-        if any(d is None for d in shape):
-            raise InvalidInput(f"input '{name}' has a dynamic shape; give it with --input-shape {name} 1x3x224x224")
-        names.append(name)
-        shapes.append("x".join(map(str, shape)))
+    source, names, shapes = fast_perf_inputs(model_path, input_shapes, prototxt, model, shape_option="--input-shape")
     n = len(names)
     doc = {
         "model_parameters": {**source, "march": m.name, "working_dir": working_dir,

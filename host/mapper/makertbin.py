@@ -197,18 +197,11 @@ def makertbin_fast_perf(model_path: str, march: str, input_shapes: Dict[str, Tup
     return convert(fast_perf_config(model_path, march, input_shapes, prototxt=prototxt, model=model), model)
 
 
-def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], working_dir: str = "model_output",
-                     prototxt: str = "", model: Optional[onnx.ModelProto] = None):
-    """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3,
-    Softmax on the BPU, and the CPU nodes at the model's beginning and end removed (ptq_guide: "Removes
-    non-essential CPU operators at the model's beginning and end, including: Quantize/Dequantize,
-    Transpose, Cast, Reshape").
-
-    With ``prototxt``, ``model_path`` is a Caffe caffemodel; ``model``: the ONNX model in
-    ``model_path`` when already read.
-    """
-    from bpuemu.host.config import parse_config
-
+def fast_perf_inputs(model_path: str, input_shapes: Dict[str, Tuple[int, ...]], prototxt: str = "",
+                     model: Optional[onnx.ModelProto] = None, shape_option: str = "-i"):
+    """--fast-perf's model source (onnx_model, or caffe_model and prototxt) and its inputs' names and
+    shapes ("1x3x224x224"): ``input_shapes`` first, a dynamic batch dimension as 1; another dynamic
+    dimension is refused, naming the option (``shape_option``) that gives the shape."""
     if prototxt:
         from bpuemu.host.caffe import caffe_inputs
 
@@ -224,9 +217,25 @@ def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[
         elif shape and shape[0] is None:
             shape = [1] + shape[1:]
         if any(d is None for d in shape):
-            raise InvalidInput(f"input '{name}' has a dynamic shape; give it with -i {name} 1x3x224x224")
+            raise InvalidInput(f"input '{name}' has a dynamic shape; give it with {shape_option} {name} 1x3x224x224")
         names.append(name)
         shapes.append("x".join(map(str, shape)))
+    return source, names, shapes
+
+
+def fast_perf_config(model_path: str, march: str, input_shapes: Dict[str, Tuple[int, ...]], working_dir: str = "model_output",
+                     prototxt: str = "", model: Optional[onnx.ModelProto] = None):
+    """The built-in high-performance config of --fast-perf: featuremap inputs, skip calibration, O3,
+    Softmax on the BPU, and the CPU nodes at the model's beginning and end removed (ptq_guide: "Removes
+    non-essential CPU operators at the model's beginning and end, including: Quantize/Dequantize,
+    Transpose, Cast, Reshape").
+
+    With ``prototxt``, ``model_path`` is a Caffe caffemodel; ``model``: the ONNX model in
+    ``model_path`` when already read.
+    """
+    from bpuemu.host.config import parse_config
+
+    source, names, shapes = fast_perf_inputs(model_path, input_shapes, prototxt, model, shape_option="-i")
     prefix = os.path.splitext(os.path.basename(model_path))[0]
     n = len(names)
     doc = {

@@ -23,14 +23,15 @@ here, once, below all of them (the host's layer order is in
 """
 from bpuemu.host.onnxgraph.index import DQ, Q, GraphIndex, attr
 from bpuemu.host.onnxgraph.model import (
-    TensorInfo, constants_to_initializers, convert_opset, default_opset, graph_inputs, has_qdq, load_onnx, name_nodes,
-    tensor_infos, value_infos, with_outputs,
+    TensorInfo, constants_to_initializers, convert_opset, default_opset, elem_type_name, graph_inputs, has_qdq,
+    load_onnx, name_nodes, tensor_infos, value_infos, with_outputs,
 )
 from bpuemu.host.onnxgraph.parts import Parts, open_parted
 from bpuemu.host.onnxgraph.session import feed_for, imap_samples, map_samples, open_session, sample_workers
 
 __all__ = [
     "DQ", "Q", "GraphIndex", "Parts", "TensorInfo", "attr", "constants_to_initializers", "convert_opset", "default_opset",
+    "elem_type_name",
     "feed_for", "graph_inputs", "has_qdq", "imap_samples", "load_onnx", "map_samples", "name_nodes", "open_parted", "open_session", "sample_workers",
     "tensor_infos", "value_infos", "with_outputs",
 ]

@@ -114,6 +114,16 @@ class TensorInfo:
         return self.elem_type == TensorProto.FLOAT
 
 
+def elem_type_name(elem_type: int, unknown: str = "float32") -> str:
+    """"int32", "float32", "bool", ... for an ONNX element type; ``unknown`` for 0 or a type numpy lacks."""
+    if not elem_type:
+        return unknown
+    try:
+        return onnx.helper.tensor_dtype_to_np_dtype(elem_type).name
+    except (KeyError, ValueError):
+        return unknown
+
+
 def tensor_infos(model: onnx.ModelProto) -> Dict[str, TensorInfo]:
     """Type and shape of every tensor shape inference knows (the declared ones when it fails)."""
     try:

@@ -332,6 +332,32 @@ STRATEGIES: Dict[str, Callable] = {
 }
 
 
+def _node_methods(ctx: _Context, result) -> None:
+    """quant_config's per op type / node calibration_type: the scale group of each such node's output
+    is calibrated with that method instead of the strategy's."""
+    plan, log = ctx.plan, ctx.log
+    idx = GraphIndex(plan.model)
+    wanted = {}
+    for node, (kind, percentile) in ctx.options.node_methods.items():
+        n = idx.by_name.get(node)
+        out = n.output[0] if n is not None and n.output else ""
+        if node not in plan.bpu_nodes or out not in plan.activations:
+            log.info("quant_config: calibration_type %s of node %s does not apply: its output is not quantized "
+                     "(it runs on the CPU, or it is the tail Conv's high-precision output)", kind, node)
+            continue
+        wanted[node] = (plan.group_of(out), Calibration(Method(kind, percentile)))
+    if not wanted:
+        return
+    samples = ctx.samples or random_samples(plan.model, plan.int8_inputs, ctx.options.skip_samples, ctx.options.seed)
+    cache = _stats_cache(plan, samples, ctx.options, [c for _, c in wanted.values()], log, clock=ctx.clock)
+    for node, (group, calib) in wanted.items():
+        if group.fixed:
+            continue
+        result.acts.update(group_params(plan, group, calib, cache))
+        log.info("quant_config: node %s calibrated with %s (its output's scale group: %s)", node, calib.name,
+                 ", ".join(group.members))
+
+
 def calibrate(
     model: onnx.ModelProto,
     samples: Sequence[Sample],
@@ -368,6 +394,8 @@ def calibrate(
     ctx = _Context(plan, samples, options, log, loaded, loaded_w, clock)
     with clock.stage("search"):
         result, weights = STRATEGIES[options.calibration_type](ctx)
+        if options.node_methods:
+            _node_methods(ctx, result)
         for cached, cache in ctx.statistics:
             q = options.kl_quantized_bins
             cached.save_kl({(t, q): v for t, v in cache.kl_thresholds().items()}, log)

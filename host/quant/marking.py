@@ -317,6 +317,10 @@ def build_plan(
     for node in idx.nodes:
         if node.name in bpu:
             _mark(node, marker)
+    if options.high_precision_outputs:  # the J6 tail Conv: its output leaves the BPU unquantized
+        high = options.high_precision_outputs
+        marker.outputs = [(t, n) for t, n in marker.outputs if t not in high]
+        marker.ties = [tie for tie in marker.ties if tie[0] not in high and tie[1] not in high]
 
     # Activation sites, in graph order (inputs first, then node outputs).
     quantized: Set[str] = {t for t, _, _ in marker.activation_reads} | {t for t, _ in marker.outputs} | set(int8_inputs)

@@ -7,7 +7,7 @@
 """
 import re
 from dataclasses import dataclass, field, replace
-from typing import Iterable, Mapping, Tuple
+from typing import FrozenSet, Iterable, Mapping, Tuple
 
 from bpuemu.common.errors import InvalidInput
 
@@ -71,6 +71,10 @@ class QuantOptions:
     histogram_bins: int = 2048
     kl_quantized_bins: int = 128
     skip_samples: int = 4                          # skip: number of random calibration samples
+    #: quant_config per op type / node: node -> (method kind "kl" | "max", max_percentile) for its output's group.
+    node_methods: Mapping[str, Tuple[str, float]] = field(default_factory=dict)
+    #: Tensors a BPU node outputs unquantized: the J6 tail Conv's int32 / float32 output (placement's tail rule).
+    high_precision_outputs: FrozenSet[str] = frozenset()
 
     def __post_init__(self):
         if self.calibration_type not in CALIBRATION_TYPES:

@@ -211,18 +211,22 @@ def test_node_table_in_the_log_and_node_info_csv_agree(tmp_path):
     assert header == ["Node", "ON", "Subgraph", "Type", "Output Data Type", "Calibrated Cosine", "Threshold"]
     with open(tmp_path / "model_output" / "tiny_node_info.csv") as f:
         table = list(csv.reader(f))
-    assert table[0] == header and table[1:] == rows
+    # the csv has the log table's columns and a Note (why a node is on the CPU, a qtype or a nan cosine)
+    assert table[0] == header + ["Note"] and [r[:7] for r in table[1:]] == rows
+    assert {r[0]: r for r in table}["cast"][7] == "not supported by the BPU"
     by = {r[0]: r for r in rows}
     assert by["cast"][1:3] == ["CPU", "--"] and by["cast"][4] == "int32"
-    assert by["conv2"][1] == "BPU" and by["conv2"][4] == "int8"    # quantized before the CPU's Cast
+    # the last quantized op before the CPU's Cast is the tail Conv: nash-e's high-accuracy int32 (ptq_faq_j6 case 1)
+    assert by["conv2"][1] == "BPU" and by["conv2"][4] == "int32"
     assert 0.9 < float(by["conv1"][5]) <= 1.0000001
     bc = read_bc(tmp_path / "model_output" / "tiny_quantized_model.bc")
     assert {n.name: (n.on, n.output_dtype) for n in bc.manifest.nodes}["cast"] == ("CPU", "int32")
 
 
 def test_removed_nodes_give_a_quantized_removed_model_bc(tmp_path):
-    """remove_node_type Dequantize: the .hbm and *_quantized_removed_model.bc end in int8; *_quantized_model.bc does not."""
-    cfg = tiny_project(tmp_path)
+    """remove_node_type Dequantize: the .hbm and *_quantized_removed_model.bc end in int8; *_quantized_model.bc does not.
+    The model ends in a MatMul (int8), not in a tail Conv, whose int32 output has no Dequantize to remove."""
+    cfg = tiny_project(tmp_path, matmul=True)
     doc = yaml.safe_load(open(cfg))
     doc["model_parameters"]["remove_node_type"] = "Dequantize"
     yaml.safe_dump(doc, open(cfg, "w"))
@@ -322,7 +326,7 @@ def test_output_data_type_of_an_unquantized_tail_conv_is_the_marchs_tail_type(ma
 
     from bpuemu.common.march import march
     from bpuemu.host.compiler.placement import place
-    from bpuemu.host.convert.nodetable import output_dtypes
+    from bpuemu.host.convert.nodetable import model_output_dtypes
 
     w = numpy_helper.from_array(np.ones((2, 3, 1, 1), np.float32), "w")
     inits = [w, numpy_helper.from_array(np.array(0.1, np.float32), "s"),
@@ -342,5 +346,5 @@ def test_output_data_type_of_an_unquantized_tail_conv_is_the_marchs_tail_type(ma
     quantized = helper.make_model(helper.make_graph(q, "q", [vi("x", [1, 3, 4, 4])], [vi("y", [1, 2, 4, 4])],
                                                     inits + [numpy_helper.from_array(np.ones((2, 2, 1, 1), np.float32), "w2")]),
                                   opset_imports=[helper.make_opsetid("", 13)])
-    dtypes = output_dtypes(place(float_model, quantized_inputs=["x"]), quantized, march(march_name))
+    dtypes = model_output_dtypes(place(float_model, quantized_inputs=["x"]), quantized, march(march_name))
     assert dtypes == {"conv_a": "int8", "conv_tail": tail}
