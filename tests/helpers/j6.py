@@ -1,7 +1,9 @@
 """A tiny J6 project compiled by hb_compile: the `.hbm`, its `.bc` files, for board and host tests.
 
 ``compile_tiny(directory, march, input_type_rt)``: data (1x3x8x12) -> Conv -> Relu -> Conv, compiled for
-``march`` with an nv12 (12 pixels wide: its rows pad to the march's stride) or featuremap input.
+``march`` with an nv12 (12 pixels wide: its rows pad to the march's stride) or featuremap input;
+``matmul_tail``: a MatMul after the last Conv, so the model ends in int8 (a tail Conv outputs int32 on J6,
+with no Dequantize to remove).
 """
 import os
 
@@ -12,7 +14,7 @@ from onnx import TensorProto, helper, numpy_helper, save
 SHAPE = (1, 3, 8, 12)
 
 
-def tiny_onnx(path: str, seed: int = 0) -> str:
+def tiny_onnx(path: str, seed: int = 0, matmul_tail: bool = False) -> str:
     rng = np.random.default_rng(seed)
     inits = [numpy_helper.from_array(rng.normal(0, 0.5, (4, 3, 3, 3)).astype(np.float32), "w1"),
              numpy_helper.from_array(rng.normal(0, 0.1, (4,)).astype(np.float32), "b1"),
@@ -21,6 +23,10 @@ def tiny_onnx(path: str, seed: int = 0) -> str:
     nodes = [helper.make_node("Conv", ["data", "w1", "b1"], ["c1"], name="conv1", pads=[1, 1, 1, 1]),
              helper.make_node("Relu", ["c1"], ["r1"], name="relu1"),
              helper.make_node("Conv", ["r1", "w2", "b2"], ["c2"], name="conv2")]
+    if matmul_tail:
+        inits.append(numpy_helper.from_array(rng.normal(0, 0.3, (SHAPE[3], SHAPE[3])).astype(np.float32), "w3"))
+        nodes[-1].output[0] = "c2_conv"
+        nodes.append(helper.make_node("MatMul", ["c2_conv", "w3"], ["c2"], name="matmul3"))
     graph = helper.make_graph(nodes, "tiny", [helper.make_tensor_value_info("data", TensorProto.FLOAT, list(SHAPE))],
                               [helper.make_tensor_value_info("c2", TensorProto.FLOAT, [1, 2, SHAPE[2], SHAPE[3]])],
                               inits)
@@ -30,10 +36,11 @@ def tiny_onnx(path: str, seed: int = 0) -> str:
     return path
 
 
-def tiny_yaml(directory: str, march: str = "nash-e", input_type_rt: str = "nv12", **model_parameters) -> str:
+def tiny_yaml(directory: str, march: str = "nash-e", input_type_rt: str = "nv12", matmul_tail: bool = False,
+              **model_parameters) -> str:
     """The float model, 3 calibration samples and the hb_compile yaml in ``directory``; returns the yaml."""
     directory = os.fspath(directory)
-    model = tiny_onnx(os.path.join(directory, "tiny.onnx"))
+    model = tiny_onnx(os.path.join(directory, "tiny.onnx"), matmul_tail=matmul_tail)
     cal = os.path.join(directory, "cal")
     os.makedirs(cal, exist_ok=True)
     rng = np.random.default_rng(0)
@@ -55,7 +62,8 @@ def tiny_yaml(directory: str, march: str = "nash-e", input_type_rt: str = "nv12"
     return path
 
 
-def compile_tiny(directory, march: str = "nash-e", input_type_rt: str = "nv12", **model_parameters):
+def compile_tiny(directory, march: str = "nash-e", input_type_rt: str = "nv12", matmul_tail: bool = False,
+                 **model_parameters):
     """hb_compile's Artifacts (``.bin`` is the .hbm, ``.quantized`` the ptq model, ``.bc`` ...) in ``directory``;
     ``model_parameters``: more yaml keys of that group (``remove_node_type="Dequantize"``)."""
     from bpuemu.host.mapper.hb_compile import compile_from_config
@@ -63,6 +71,6 @@ def compile_tiny(directory, march: str = "nash-e", input_type_rt: str = "nv12", 
     cwd = os.getcwd()
     os.chdir(directory)   # hb_compile.log goes to the directory it runs from
     try:
-        return compile_from_config(tiny_yaml(directory, march, input_type_rt, **model_parameters))
+        return compile_from_config(tiny_yaml(directory, march, input_type_rt, matmul_tail, **model_parameters))
     finally:
         os.chdir(cwd)

@@ -6,7 +6,7 @@ import onnx
 import pytest
 from onnx import TensorProto, helper
 
-from bpuemu.board.runtime import Runtime
+from bpuemu.board.runtime import FOLLOW_MODEL, Runtime
 from bpuemu.host.hb_onnxruntime import HB_ONNXRuntime
 
 from j6_helpers import argmax, bin_devices, convert, ends_in_conv, int32_mul, model_of, nodes, weight
@@ -20,7 +20,7 @@ def _requantized(path: str, node: str) -> bool:
 
 
 def _run_bin(path: str, feeds):
-    rt = Runtime()
+    rt = Runtime(march=FOLLOW_MODEL)   # the host simulator: each model on the march it was compiled for
     rt.load(path)
     return rt.model().run(feeds)
 

@@ -126,7 +126,7 @@ def test_hb_verifier_passes_bc_vs_hbm_on_the_host_vs_hbm_on_a_board(fm, nash_boa
 
 
 def test_hb_verifier_passes_the_removed_node_bc_vs_the_hbm_on_a_board(nash_board, tmp_path):
-    art = compile_tiny(tmp_path, "nash-e", "featuremap", remove_node_type="Dequantize")
+    art = compile_tiny(tmp_path, "nash-e", "featuremap", matmul_tail=True, remove_node_type="Dequantize")
     assert art.removed_bc and list(read_bin(art.bin).model().build_info.deleted_nodes)
     run = _hb_verifier("-m", f"{art.removed_bc},{art.bin}", "-s", "True", "-b", f"grpc://{nash_board.target}")
     assert run.returncode == 0 and "all 3 comparison(s) PASSED" in run.stdout + run.stderr, run.stdout + run.stderr
