@@ -20,11 +20,12 @@ versions) are not merged: they run one by one, as before.
 import functools
 from typing import Dict, List, Optional, Sequence, Set
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
-
-_F = descriptor_pb2.FieldDescriptorProto
-_STRING, _BYTES, _INT64 = _F.TYPE_STRING, _F.TYPE_BYTES, _F.TYPE_INT64
-_ONE, _MANY = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+from bpuemu.board.runtime.onnx_fields import BYTES as _BYTES
+from bpuemu.board.runtime.onnx_fields import INT64 as _INT64
+from bpuemu.board.runtime.onnx_fields import MANY as _MANY
+from bpuemu.board.runtime.onnx_fields import ONE as _ONE
+from bpuemu.board.runtime.onnx_fields import STRING as _STRING
+from bpuemu.board.runtime.onnx_fields import message_classes
 
 #: message -> (field, number, type or message, label): the ONNX fields the merge reads or writes.
 _SCHEMA = {
@@ -45,20 +46,7 @@ _SCHEMA = {
 @functools.lru_cache(maxsize=1)
 def _messages():
     """The schema's message classes, by name."""
-    f = descriptor_pb2.FileDescriptorProto(name="bpuemu_onnx_merge.proto", package="bpuemu_onnx_merge",
-                                           syntax="proto2")
-    for name, fields in _SCHEMA.items():
-        msg = f.message_type.add(name=name)
-        for field, number, kind, label in fields:
-            spec = msg.field.add(name=field, number=number, label=label)
-            if isinstance(kind, str):
-                spec.type, spec.type_name = _F.TYPE_MESSAGE, f".bpuemu_onnx_merge.{kind}"
-            else:
-                spec.type = kind
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(f)
-    return {name: message_factory.GetMessageClass(pool.FindMessageTypeByName(f"bpuemu_onnx_merge.{name}"))
-            for name in _SCHEMA}
+    return message_classes("bpuemu_onnx_merge", _SCHEMA)
 
 
 class _Names:

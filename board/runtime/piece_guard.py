@@ -25,14 +25,15 @@ check sees is what onnxruntime would load; what it cannot parse is refused.
 import functools
 from typing import Iterator, Tuple
 
-from google.protobuf import descriptor_pb2, descriptor_pool, message_factory
 from google.protobuf.message import DecodeError
 
 from bpuemu.common.errors import InvalidModelFile
 
-_F = descriptor_pb2.FieldDescriptorProto
-_STRING, _INT32 = _F.TYPE_STRING, _F.TYPE_INT32
-_ONE, _MANY = _F.LABEL_OPTIONAL, _F.LABEL_REPEATED
+from bpuemu.board.runtime.onnx_fields import INT32 as _INT32
+from bpuemu.board.runtime.onnx_fields import MANY as _MANY
+from bpuemu.board.runtime.onnx_fields import ONE as _ONE
+from bpuemu.board.runtime.onnx_fields import STRING as _STRING
+from bpuemu.board.runtime.onnx_fields import message_classes
 _PACKAGE = "bpuemu_onnx_guard"
 
 #: TensorProto.DataLocation.EXTERNAL in onnx.proto.
@@ -60,18 +61,7 @@ SCHEMA = {
 
 @functools.lru_cache(maxsize=1)
 def _model_class():
-    f = descriptor_pb2.FileDescriptorProto(name=f"{_PACKAGE}.proto", package=_PACKAGE, syntax="proto2")
-    for name, fields in SCHEMA.items():
-        msg = f.message_type.add(name=name)
-        for field, number, kind, label in fields:
-            spec = msg.field.add(name=field, number=number, label=label)
-            if isinstance(kind, str):
-                spec.type, spec.type_name = _F.TYPE_MESSAGE, f".{_PACKAGE}.{kind}"
-            else:
-                spec.type = kind
-    pool = descriptor_pool.DescriptorPool()
-    pool.Add(f)
-    return message_factory.GetMessageClass(pool.FindMessageTypeByName(f"{_PACKAGE}.Model"))
+    return message_classes(_PACKAGE, SCHEMA)["Model"]
 
 
 def _named(kind: str, name: str) -> str:

@@ -25,6 +25,7 @@ from bpuemu.common.errors import BoardUnavailable, Cancelled, InvalidInput, NotF
 from bpuemu.common.proto import board_pb2, board_pb2_grpc, model_pb2
 from bpuemu.common.wire import ERROR, HELLO, HELLO_OK, INFER, REPLY, TOKEN_METADATA_KEY, pack_frame, read_frame
 
+from attacks import store_variant
 from boardd_harness import (
     assert_daemon_serves,
     assert_ok,
@@ -35,17 +36,6 @@ from boardd_harness import (
     run_cli,
     wait_until,
 )
-
-
-def _variant(src: str, directory, i: int) -> str:
-    """A copy of ``src`` under another model name: another valid model, another SHA-256."""
-    binfile = read_bin(src)
-    model = model_pb2.Model()
-    model.CopyFrom(binfile.manifest.models[0])
-    model.name = f"variant_{i}"
-    path = os.path.join(os.fspath(directory), f"variant_{i}.bin")
-    write_bin(path, [model], binfile.blobs)
-    return path
 
 
 def _raw_data_channel(port: int, tls_context=None, server_hostname="127.0.0.1"):
@@ -308,7 +298,7 @@ def test_upload_file_names_never_become_paths(start_daemon, rgb_model, tmp_path)
     with d.channel() as channel:
         stub = board_pb2_grpc.BoardStub(channel)
         for i, name in enumerate(EVIL_FILE_NAMES):
-            path = _variant(rgb_model.path, tmp_path, i)
+            path = store_variant(rgb_model.path, tmp_path, i)
             with open(path, "rb") as f:
                 data = f.read()
             sha = sha256_hex(data)
@@ -407,7 +397,7 @@ def test_concurrent_uploads_over_the_limit_are_refused(start_daemon, rgb_model, 
     try:
         future = board_pb2_grpc.BoardStub(channel).UploadModel.future(slow_upload(), timeout=30)
         assert wait_until(lambda: any(f.startswith(".upload-") for f in os.listdir(d.model_dir)), timeout=10)
-        other = _variant(rgb_model.path, tmp_path, 1)
+        other = store_variant(rgb_model.path, tmp_path, 1)
         with d.client() as c:
             with pytest.raises(ResourceExhausted, match="1 uploads already in progress") as exc:
                 c.ensure_model(other)
@@ -484,7 +474,7 @@ def test_uploads_of_one_model_share_one_slot(start_daemon, rgb_model, tmp_path):
         # Waiting uploads take no slot: two distinct models run, so a third distinct one is refused.
         with d.client() as c:
             with pytest.raises(ResourceExhausted, match=f"{n} uploads already in progress"):
-                c.upload(_variant(rgb_model.path, tmp_path, 1))
+                c.upload(store_variant(rgb_model.path, tmp_path, 1))
         assert len(_upload_files(d.model_dir)) == 2, "a waiting upload wrote a temporary file"
         release_first.set()
         assert first.result(timeout=20).bytes_received == len(data)
@@ -506,7 +496,7 @@ def test_upload_waiting_for_a_dead_uploader_takes_over(start_daemon, rgb_model, 
     """The first uploader of a model dies mid-stream: one waiter stores the model from its own stream."""
     n = 3
     d = start_daemon("--max-uploads", "1")
-    path = _variant(rgb_model.path, tmp_path, 2)
+    path = store_variant(rgb_model.path, tmp_path, 2)
     with open(path, "rb") as f:
         data = f.read()
     sha = file_sha256(path)
