@@ -1,0 +1,115 @@
+"""Boards on a real network: each hrt_boardd in its own network namespace, reached from the root namespace only
+through an emulated link (bench/netlab.py: latency, jitter, loss, a rate limit, outages).
+
+These need root; they skip with one line saying why elsewhere, and fail under CI=true.
+"""
+import os
+import statistics
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from bpuemu.board.client import BoardClient, Deadlines
+from bpuemu.common.container import file_sha256
+from bpuemu.common.errors import DeadlineExceeded
+from helpers.netboards import lab, netlab, require_namespaces
+
+pytestmark = pytest.mark.timeout(600)
+
+
+def _round_trip_ms(client: BoardClient, count: int = 15) -> list:
+    times = []
+    for _ in range(count):
+        start = time.monotonic()
+        client.stats()
+        times.append((time.monotonic() - start) * 1e3)
+    return times
+
+
+def test_each_board_is_its_own_host_behind_its_link(tmp_path):
+    """Every board answers at the address the lab gave it in its own namespace, and only through its link: the
+    round trip grows with the profile's delay (twice the one-way delay), its processes run inside the namespace."""
+    with lab(["lan", "wifi", "bad"], tmp_path) as net:
+        medians = {}
+        for board in net.boards:
+            assert board.address.startswith("198.18.") and board.target.endswith(":9473")
+            with BoardClient(board.target, token=net.token) as client:
+                assert client.info.hostname  # the handshake crossed the link
+                medians[board.profile.name] = statistics.median(_round_trip_ms(client))
+            pids = subprocess.run(["ip", "netns", "pids", board.namespace], capture_output=True, text=True).stdout.split()
+            assert str(board.daemon.pid) in pids or any(_is_child(int(p), board.daemon.pid) for p in pids), pids
+            inside = subprocess.run(["ip", "netns", "exec", board.namespace, "ip", "-o", "-4", "addr"],
+                                    capture_output=True, text=True).stdout
+            addresses = sorted(line.split()[3] for line in inside.splitlines())
+            assert addresses == sorted(["127.0.0.1/8", f"{board.address}/30"]), inside
+        assert medians["lan"] < 10, medians
+        assert 2 * 0.005e3 <= medians["wifi"] < 2 * 0.005e3 + 30, medians  # 5 ms each way (+- 2 ms jitter)
+        assert 2 * 0.040e3 <= medians["bad"] < 2 * 0.040e3 + 60, medians  # 40 ms each way (+- 10 ms jitter)
+    assert netlab.leftovers() == []
+
+
+def _is_child(pid: int, parent: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return int(f.read().rsplit(")", 1)[1].split()[1]) == parent
+    except (OSError, ValueError, IndexError):
+        return False
+
+
+def test_a_link_that_goes_down_fails_calls_by_their_deadline_then_serves(tmp_path):
+    """While its link is down, a call to the board ends at its deadline with one line naming the board; once the
+    link is back, the same client is served again."""
+    with lab(["lan"], tmp_path) as net:
+        board = net.boards[0]
+        short = Deadlines(connect=2.0, call=2.0)
+        with BoardClient(board.target, token=net.token, deadlines=short) as client:
+            client.stats()
+            net.down(board, 4.0)
+            start = time.monotonic()
+            with pytest.raises(DeadlineExceeded) as exc:
+                client.stats()
+            elapsed = time.monotonic() - start
+            assert 1.5 < elapsed < 3.5, elapsed
+            assert board.target in str(exc.value) and "\n" not in exc.value.message, str(exc.value)
+            time.sleep(max(0.0, 4.5 - elapsed))
+            deadline = time.monotonic() + 20
+            while True:  # TCP retransmits on its own backoff: the link is back within seconds
+                try:
+                    client.stats()
+                    break
+                except DeadlineExceeded:
+                    assert time.monotonic() < deadline, "the board never answered again after its link came back"
+    assert netlab.leftovers() == []
+
+
+def test_teardown_leaves_nothing_after_a_failure(tmp_path):
+    """An exception inside the lab, and a process that made a lab and was killed: no namespace, device or qdisc
+    of either is left (the killed one's is removed by the next lab)."""
+    require_namespaces()
+    with pytest.raises(RuntimeError, match="a test failed here"):
+        with netlab.Lab(["wifi", "bad"], workdir=str(tmp_path / "raised")):
+            assert len(netlab.leftovers()) >= 4  # two namespaces, two root-side devices (at least)
+            raise RuntimeError("a test failed here")
+    assert netlab.leftovers() == []
+
+    script = textwrap.dedent(f"""
+        import sys, time
+        sys.path.insert(0, {str(netlab.BENCH_DIR)!r})
+        import netlab
+        lab = netlab.Lab(["lan"], workdir={str(tmp_path / "killed")!r}).start()
+        print("up", flush=True)
+        time.sleep(120)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout.readline().strip() == "up"
+        assert netlab.leftovers(), "the lab in the child made nothing"
+    finally:
+        proc.kill()
+        proc.wait()
+    with netlab.Lab(["lan"], workdir=str(tmp_path / "next")):
+        assert not [f for f in netlab.leftovers() if f"{netlab.NS_PREFIX}{proc.pid}-" in f]
+    assert netlab.leftovers() == []
