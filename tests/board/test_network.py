@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -15,6 +16,7 @@ import pytest
 from bpuemu.board.client import BoardClient, Deadlines
 from bpuemu.common.container import file_sha256
 from bpuemu.common.errors import DeadlineExceeded
+from bpuemu.common.wire import UPLOAD_CHUNK_BYTES
 from helpers.netboards import lab, netlab, require_namespaces
 
 pytestmark = pytest.mark.timeout(600)
@@ -112,4 +114,57 @@ def test_teardown_leaves_nothing_after_a_failure(tmp_path):
         proc.wait()
     with netlab.Lab(["lan"], workdir=str(tmp_path / "next")):
         assert not [f for f in netlab.leftovers() if f"{netlab.NS_PREFIX}{proc.pid}-" in f]
+    assert netlab.leftovers() == []
+
+
+@pytest.fixture(scope="module")
+def model_100mb(sample_models, tmp_path_factory):
+    """A 100 MB model: the rgb sample with an unused random initializer (it loads and runs as the sample does)."""
+    path = str(tmp_path_factory.mktemp("model_100mb") / "model_100mb.bin")
+    sha = netlab.padded_model(sample_models["rgb"].path, path, 100_000_000)
+    return path, sha
+
+
+def test_100mb_upload_over_bad_resumes_after_the_link_goes_down(tmp_path, model_100mb):
+    """A 100 MB upload over the `bad` link, whose link goes down for 5 s in the middle: the cut attempt is followed
+    by one that sends only what the board does not hold, the board receives at most one chunk more than the file's
+    size, and its copy has the file's SHA-256.
+
+    The stall deadline is 2 s here (15 s by default): with the default a 5 s outage is ridden out by TCP's own
+    retransmissions and nothing is cut, which is not what this test is about.
+    """
+    path, sha = model_100mb
+    size = os.path.getsize(path)
+    with lab(["bad"], tmp_path) as net:
+        board = net.boards[0]
+        with BoardClient(board.target, token=net.token, deadlines=Deadlines(upload_stall=2.0)) as client:
+            received_before = client.stats().upload_bytes
+            outage = {}
+
+            def cut_mid_way():
+                deadline = time.monotonic() + 300
+                while time.monotonic() < deadline:
+                    tally = client.last_upload
+                    if tally is not None and tally.sent_bytes >= size // 2:
+                        outage["at"] = tally.sent_bytes
+                        net.down(board, 5.0)
+                        return
+                    time.sleep(0.05)
+
+            watcher = threading.Thread(target=cut_mid_way)
+            watcher.start()
+            start = time.monotonic()
+            reply = client.upload(path, sha)
+            elapsed = time.monotonic() - start
+            watcher.join(10)
+            tally = client.last_upload
+            received = client.stats().upload_bytes - received_before
+            assert client.has_model(sha).present and not reply.already_present
+        print(f"100 MB over bad, 5 s outage at byte {outage.get('at')}: {elapsed:.1f} s, {tally.attempts} attempts "
+              f"from {tally.offsets}, sent {tally.sent_bytes} ({tally.lost_bytes} lost), board received {received}")
+        assert "at" in outage, "the upload never got half way"
+        # Resumed where the board was: the bytes sent before the outage, less those still in flight when it began.
+        assert tally.attempts >= 2 and tally.offsets[0] == 0 and tally.offsets[1] >= outage["at"] - 8 * UPLOAD_CHUNK_BYTES, tally
+        assert received - size <= UPLOAD_CHUNK_BYTES, (received, size)  # re-sent beyond what was lost
+        assert file_sha256(os.path.join(board.workdir, "models", sha + ".bin")) == sha
     assert netlab.leftovers() == []
