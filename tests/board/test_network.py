@@ -11,6 +11,7 @@ import textwrap
 import threading
 import time
 
+import numpy as np
 import pytest
 
 from bpuemu.board.client import BoardClient, Deadlines
@@ -167,4 +168,61 @@ def test_100mb_upload_over_bad_resumes_after_the_link_goes_down(tmp_path, model_
         assert tally.attempts >= 2 and tally.offsets[0] == 0 and tally.offsets[1] >= outage["at"] - 8 * UPLOAD_CHUNK_BYTES, tally
         assert received - size <= UPLOAD_CHUNK_BYTES, (received, size)  # re-sent beyond what was lost
         assert file_sha256(os.path.join(board.workdir, "models", sha + ".bin")) == sha
+    assert netlab.leftovers() == []
+
+
+def test_farm_failover_over_links_costs_a_lost_board_only_its_item_in_flight(tmp_path, rgb_model):
+    """Items spread over four namespaced boards (wifi, bad, lan whose link goes down for longer than the infer
+    deadline, lan): the lost board's item in flight fails at its deadline with one line naming the board and is
+    redone on another; every output equals one local board's."""
+    from bpuemu.board.backends import LocalBackend
+    from bpuemu.board.farm import BoardAccess, FarmClient, map_with_failover
+    from bpuemu.common.errors import BpuEmuError
+    from bpuemu.common.input_types import random_rt_input
+
+    rng = np.random.default_rng(3)
+    spec = rgb_model.model.input_specs[0]
+    items = [random_rt_input(spec, rng) for _ in range(40)]
+    with LocalBackend([rgb_model.path]) as local:
+        expected = [local.model().infer([x]).outputs for x in items]
+    served, errors = {}, []
+    with lab(["wifi", "bad", "lan", "lan"], tmp_path) as net:
+        down = net.boards[2]
+        access = BoardAccess(token=net.token, deadlines=Deadlines(infer=3.0))
+        with FarmClient([b.target for b in net.boards], [rgb_model.path], access) as farm:
+            assert all(o.ok for o in farm.boards()), [o.error for o in farm.boards()]
+            handles = farm.board_models()
+
+            def work(target, x):
+                try:
+                    outputs = handles[target].infer([x]).outputs
+                except BpuEmuError as exc:
+                    errors.append((target, exc.message, time.monotonic() - started[target]))
+                    raise
+                served[target] = served.get(target, 0) + 1
+                if target == down.target and served[target] == 2:
+                    net.down(down, 60.0)  # longer than the infer deadline: the board is lost
+                return outputs
+
+            started = {}
+
+            def timed_work(target, x):
+                started[target] = time.monotonic()
+                return work(target, x)
+
+            start = time.monotonic()
+            results = dict(map_with_failover({t: t for t in handles}, timed_work, items))
+            elapsed = time.monotonic() - start
+    assert sorted(results) == list(range(len(items)))
+    for i, outputs in results.items():
+        assert len(outputs) == len(expected[i])
+        for got, want in zip(outputs, expected[i]):
+            np.testing.assert_array_equal(got, want)
+    assert served[down.target] == 2, served  # it served two, then its third (in flight) went to the others
+    assert sum(served.values()) == len(items), served
+    assert len(errors) == 1 and errors[0][0] == down.target, errors
+    target, message, seconds = errors[0]
+    assert target in message and "\n" not in message, message
+    assert seconds < 3.0 + 2.0, f"the lost board's call ended after {seconds:.1f} s (deadline 3 s)"
+    assert elapsed < 60, elapsed
     assert netlab.leftovers() == []
