@@ -13,6 +13,10 @@ Per profile it prints:
   runtime in this process, interleaved; remote - local as median and p10-p90, against the profile's RTT + the
   transfer time of the request and reply bytes at its rate + 1 ms (goal: median within it).
 
+- scaling (--scaling-boards N > 1): --scaling-items infers spread over N boards of the profile with the farm's
+  failover map (bpuemu.board.farm.map_with_failover), items/s against one board's: over a link whose round trip
+  dominates, N boards should serve close to N times as many items.
+
 Exit status 1 when a goal is missed. The relay that emulates each link is a Python process: on lan its own
 packet rate, not the nominal 1 Gbit/s, is the ceiling, which the raw TCP column shows.
 """
@@ -66,6 +70,21 @@ def raw_tcp_mbit(board: "netlab.Board", data: bytes) -> float:
         sink.wait()
 
 
+def scaling_rate(profile: str, boards: int, model_path: str, items: int, tmp: str) -> float:
+    """Infers per second of ``items`` infers spread over ``boards`` boards behind ``profile`` links."""
+    from bpuemu.board.farm import BoardAccess, FarmClient, map_with_failover
+
+    with netlab.Lab([profile] * boards, workdir=os.path.join(tmp, f"scaling-{profile}-{boards}")) as lab, \
+            FarmClient([b.target for b in lab.boards], [model_path], BoardAccess(token=lab.token)) as farm:
+        handles = farm.board_models()
+        x = random_rt_input(next(iter(handles.values())).model.input_specs[0], np.random.default_rng(1))
+        for h in handles.values():
+            h.infer([x])  # data channels open
+        start = time.monotonic()
+        done = sum(1 for _ in map_with_failover(handles, lambda h, _: h.infer([x]), range(items)))
+        return done / (time.monotonic() - start)
+
+
 def percentile(values, q: float) -> float:
     return float(np.percentile(values, q))
 
@@ -76,6 +95,8 @@ def main() -> int:
     parser.add_argument("--upload-mb", type=float, default=20.0)
     parser.add_argument("--infers", type=int, default=40)
     parser.add_argument("--size", type=int, default=64)
+    parser.add_argument("--scaling-boards", type=int, default=4)
+    parser.add_argument("--scaling-items", type=int, default=80)
     args = parser.parse_args()
     why = netlab.unavailable()
     if why:
@@ -133,6 +154,11 @@ def main() -> int:
                           f"{statistics.median(here):.2f} ms", flush=True)
                     if med > bound:
                         missed.append(f"{p.name} infer remote - local {med:.2f} ms > {bound:.2f} ms")
+        if args.scaling_boards > 1:
+            for name in profiles:
+                one, many = (scaling_rate(name, n, small, args.scaling_items, tmp) for n in (1, args.scaling_boards))
+                print(f"[{name}] scaling: {args.scaling_items} infers over 1 board {one:.1f}/s, over "
+                      f"{args.scaling_boards} boards {many:.1f}/s = {many / one:.2f}x", flush=True)
     print("RESULT: " + ("PASS" if not missed else "MISSED " + "; ".join(missed)))
     return 1 if missed else 0
 
