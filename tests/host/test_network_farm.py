@@ -105,3 +105,26 @@ def test_hb_verifier_against_the_four_boards_matches_one_local_board(net, sample
     local_lines = _comparison_lines(local.stdout, [daemon.target])
     assert any("Quanti.onnx VS Arm" in ln for ln in local_lines), local.stdout
     assert local_lines <= remote_lines, (sorted(local_lines - remote_lines), over.stdout)
+
+
+def test_a_board_whose_link_is_down_is_one_error_line_within_the_deadline(net, sample, tmp_path):
+    """hrt_model_exec against a board whose link is down: it ends at the client's deadline (10 s to connect) with
+    one ERROR line naming the board, not a hang and not a traceback; the board serves again once its link is back."""
+    board = net.boards[DOWN]
+    net.down(board, 16.0)
+    start = time.monotonic()
+    result = _run("bpuemu.board.cli.hrt_model_exec", ["model_info", "--model_file", sample["bin"], "--board",
+                                                       board.target], tmp_path, _env(net), timeout=120)
+    elapsed = time.monotonic() - start
+    assert result.returncode != 0 and "Traceback" not in result.stdout + result.stderr
+    errors = [ln for ln in result.stderr.splitlines() if ln.startswith("ERROR")]
+    assert len(errors) == 1 and board.target in errors[0], result.stderr
+    assert elapsed < 10 + 5, f"the call ended after {elapsed:.1f} s (deadline 10 s)"
+    time.sleep(max(0.0, 16.0 - (time.monotonic() - start)) + 1.0)
+    deadline = time.monotonic() + 60
+    while True:  # the link is back: the board answers again (TCP's own retransmission backoff first)
+        again = _run("bpuemu.board.cli.hrt_model_exec", ["model_info", "--model_file", sample["bin"], "--board",
+                                                          board.target], tmp_path, _env(net), timeout=120)
+        if again.returncode == 0 or time.monotonic() > deadline:
+            break
+    assert again.returncode == 0, again.stdout + again.stderr
