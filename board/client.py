@@ -25,7 +25,7 @@ import platform
 import socket
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Callable, Iterator, List, Optional, Sequence
 
 import grpc
@@ -84,9 +84,32 @@ class Deadlines:
     call: float = 30.0
     infer: float = 120.0
     upload_base: float = 30.0
-    upload_bytes_per_s: float = 20e6
+    upload_bytes_per_s: float = 1e6  # the slowest link one upload attempt allows for, before it is cut and resumed
+    upload_stall: float = 15.0  # seconds an upload may go without the board taking a chunk: cut, then resumed
+    upload_attempts: int = 10   # attempts of one upload (each resumes where the board is)
     perf_margin: float = 120.0
     perf_frame_budget_s: float = 1.0  # per frame per thread, for frame-bound perf
+
+
+#: Upload errors after which a resumed attempt may succeed: the link broke (a deadline is final, as for every call).
+_RESUMABLE_UPLOAD_CODES = (grpc.StatusCode.UNAVAILABLE,)
+
+
+@dataclass
+class UploadTally:
+    """What one BoardClient.upload took: attempts, the offset each started at, bytes sent and lost on the way."""
+
+    size: int
+    attempts: int = 0
+    offsets: List[int] = field(default_factory=list)
+    sent_bytes: int = 0   # data bytes sent, over all attempts
+    lost_bytes: int = 0   # of those, bytes a cut attempt sent that the board did not keep
+    last_end: int = 0     # the file offset the current attempt has sent up to
+
+    @property
+    def resent_bytes(self) -> int:
+        """Bytes sent more than once."""
+        return max(0, self.sent_bytes - (self.size - (self.offsets[0] if self.offsets else 0)))
 
 
 def _current_cpu() -> Optional[Callable[[], int]]:
@@ -318,6 +341,7 @@ class BoardClient:
         self._data: Optional[_DataChannel] = None
         self._data_lock = threading.Lock()
         self._keep_cpu = keep_cpu  # a data channel call to a board on this machine waits on its CPU (_DataChannel)
+        self.last_upload: Optional[UploadTally] = None
 
     # -- plumbing ----------------------------------------------------------
     def _call(self, what: str, method, request, timeout: float):
@@ -363,26 +387,99 @@ class BoardClient:
         self.info
         return self._call("HasModel", self._stub.HasModel, board_pb2.ModelRef(sha256=sha), self.deadlines.call)
 
-    def upload(self, path: str, sha: Optional[str] = None) -> board_pb2.UploadReply:
+    def upload(self, path: str, sha: Optional[str] = None, offset: Optional[int] = None) -> board_pb2.UploadReply:
+        """Store the model file on the board, resuming where the board is after each interruption.
+
+        ``offset``: the bytes of it the board holds (HasModel's partial_bytes); None asks the board. An attempt
+        cut short (the link broke or went silent for Deadlines.upload_stall, a deadline passed) is followed by
+        another that sends only the bytes the board does not hold, at most Deadlines.upload_attempts in all.
+        ``self.last_upload`` tells what it took (UploadTally).
+        """
         sha = sha or file_sha256(path)
         size = os.path.getsize(path)
+        what = f"upload of {os.path.basename(path)}"
+        tally = self.last_upload = UploadTally(size=size)
+        if offset is None:
+            held = self.has_model(sha)
+            if held.present:
+                return board_pb2.UploadReply(sha256=sha, already_present=True)
+            offset = held.partial_bytes
+        error: Optional[BpuEmuError] = None
+        for _ in range(max(1, self.deadlines.upload_attempts)):
+            tally.attempts += 1
+            tally.offsets.append(offset)
+            reply, error = self._upload_attempt(path, sha, size, offset, tally, what)
+            if reply is not None and not reply.offset_mismatch:
+                return reply
+            held = self._held_after(sha, what) if reply is None else reply.held_bytes
+            if held is None:
+                return board_pb2.UploadReply(sha256=sha, already_present=True)
+            if reply is None:
+                tally.lost_bytes += max(0, tally.last_end - held)
+            offset = held
+        raise error or BoardUnavailable(f"board {self.target}: {what} did not finish in {tally.attempts} attempts",
+                                        hint="the link to the board keeps breaking")
+
+    def _upload_attempt(self, path: str, sha: str, size: int, offset: int, tally: "UploadTally", what: str):
+        """One UploadModel call from ``offset``: (reply, None), or (None, the error) when it was cut short in a way a
+        resumed attempt may get past. Other errors raise."""
+        last_pull = [time.monotonic()]
+        tally.last_end = offset
 
         def chunks() -> Iterator[board_pb2.UploadChunk]:
-            yield board_pb2.UploadChunk(header=board_pb2.UploadHeader(sha256=sha, size=size, file_name=os.path.basename(path)))
+            yield board_pb2.UploadChunk(header=board_pb2.UploadHeader(
+                sha256=sha, size=size, file_name=os.path.basename(path), offset=offset, resumable=True))
             with open(path, "rb") as f:
+                f.seek(offset)
                 for block in iter(lambda: f.read(UPLOAD_CHUNK_BYTES), b""):
+                    last_pull[0] = time.monotonic()
+                    tally.sent_bytes += len(block)
+                    tally.last_end += len(block)
                     yield board_pb2.UploadChunk(data=block)
+            last_pull[0] = float("inf")  # all sent: the board now checks and stores it
 
-        timeout = self.deadlines.upload_base + size / self.deadlines.upload_bytes_per_s
-        return self._call(f"upload of {os.path.basename(path)}", self._stub.UploadModel, chunks(), timeout)
+        timeout = self.deadlines.upload_base + (size - offset) / self.deadlines.upload_bytes_per_s
+        call = self._stub.UploadModel.future(chunks(), timeout=timeout, metadata=self._metadata)
+        stalled = False
+        while True:
+            try:
+                return call.result(timeout=0.2), None
+            except grpc.FutureTimeoutError:
+                if time.monotonic() - last_pull[0] > self.deadlines.upload_stall:
+                    stalled = True
+                    call.cancel()  # the board keeps what it received; the next attempt resumes there
+            except grpc.FutureCancelledError:
+                return None, BoardUnavailable(
+                    f"board {self.target}: {what} stalled: no chunk taken for {self.deadlines.upload_stall:g} s",
+                    hint="the link to the board went silent")
+            except grpc.RpcError as err:
+                translated = _translate(err, self.target, what, self.tls)
+                if stalled or err.code() in _RESUMABLE_UPLOAD_CODES:
+                    return None, translated
+                raise translated from None
+
+    def _held_after(self, sha: str, what: str) -> Optional[int]:
+        """After a cut attempt: the bytes the board holds (None: it has the whole model, from another upload).
+        The link may still be down: asked until the upload's stall deadline passes again."""
+        deadline = time.monotonic() + max(self.deadlines.call, self.deadlines.upload_stall)
+        while True:
+            try:
+                held = self._call(f"{what} (resuming)", self._stub.HasModel, board_pb2.ModelRef(sha256=sha),
+                                  max(1.0, deadline - time.monotonic()))
+                return None if held.present else held.partial_bytes
+            except (BoardUnavailable, DeadlineExceeded):
+                if time.monotonic() >= deadline:
+                    raise
+                time.sleep(0.5)
 
     def ensure_model(self, path: str) -> str:
         """Make sure the board stores the model file; returns its id (SHA-256)."""
         if not os.path.isfile(path):
             raise NotFound(f"model file not found: {path}")
         sha = file_sha256(path)
-        if not self.has_model(sha).present:
-            self.upload(path, sha)
+        held = self.has_model(sha)
+        if not held.present:
+            self.upload(path, sha, offset=held.partial_bytes)
         return sha
 
     def load(self, sha: str) -> List[str]:

@@ -19,6 +19,7 @@ from bpuemu.common.tensor import (
 )
 from bpuemu.common.wire import DATA_HEADER, DATA_MAGIC, INFER, REPLY, check_parse_bound
 from bpuemu.board.runtime.infer import InferResult
+from bpuemu.board.runtime.model import timing as runtime_timing
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport
 
 _PERF_FIELDS = PerfReport.SUMMARY_FIELDS + ("profiler_log", "profiler_csv")
@@ -62,6 +63,7 @@ def local_board_info() -> board_pb2.BoardInfo:
         python_version=platform.python_version(),
         numpy_version=np.__version__,
         cpu_count=os.cpu_count() or 1,
+        timing=runtime_timing(),
     )
 
 

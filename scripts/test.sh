@@ -10,8 +10,10 @@ cd "$(dirname "$0")/.."
 #                    install script runs for real (deploy/board/arm64_chroot.sh, tests/deploy/test_install_arm64.py)
 #   systemd        - systemd-analyze checks the board's unit offline (tests/deploy/test_systemd_unit.py)
 #   openssl        - hashes the root password of the sshd that takes the seed's -u root -p PASSWORD (tests/host/sshd_harness.py)
+#   iproute2       - ip netns / ip link: boards in their own network namespaces behind emulated links (bench/netlab.py,
+#                    tests/board/test_network.py)
 # Add to this list rather than writing another apt-get line: one update, one install.
-APT_PACKAGES="chromium openssh-server qemu-user-static binfmt-support debootstrap systemd openssl"
+APT_PACKAGES="chromium openssh-server qemu-user-static binfmt-support debootstrap systemd openssl iproute2"
 missing=""
 for pkg in $APT_PACKAGES; do
     dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q "install ok installed" || missing="$missing $pkg"

@@ -16,6 +16,7 @@ from bpuemu.board.messages import (
     infer_reply, local_board_info, perf_config_from_request, perf_report_to_proto, request_inputs,
 )
 from bpuemu.board.daemon.state import BoardState
+from bpuemu.board.daemon.store import OffsetMismatch, UploadIncomplete
 from bpuemu.board.runtime.perf_job import run_perf
 
 log = logging.getLogger("bpuemu.board.daemon")
@@ -35,7 +36,10 @@ class BoardService(board_pb2_grpc.BoardServicer):
         return board_pb2.HandshakeReply(board=self.info)
 
     def HasModel(self, request, context):
-        return board_pb2.HasModelReply(present=self.state.store.has(request.sha256), loaded=self.state.is_loaded(request.sha256))
+        store = self.state.store
+        present = store.has(request.sha256)
+        return board_pb2.HasModelReply(present=present, loaded=self.state.is_loaded(request.sha256),
+                                       partial_bytes=0 if present else store.partial_bytes(request.sha256))
 
     def UploadModel(self, request_iterator, context):
         request_iterator = _received(request_iterator, context, "upload")
@@ -43,16 +47,21 @@ class BoardService(board_pb2_grpc.BoardServicer):
         if first is None or first.WhichOneof("part") != "header":
             raise InvalidInput("an upload must start with an UploadHeader message")
         h = first.header
-        upload = self.state.store.begin_upload(h.sha256, h.size, h.file_name, still_wanted=context.is_active)
+        try:
+            upload = self.state.store.begin_upload(h.sha256, h.size, h.file_name, still_wanted=context.is_active,
+                                                   offset=h.offset)
+        except OffsetMismatch as mismatch:  # a resume from where the board is not: the client resumes from held
+            return board_pb2.UploadReply(sha256=h.sha256, offset_mismatch=True, held_bytes=mismatch.held)
         if upload is None:
             return board_pb2.UploadReply(sha256=h.sha256, already_present=True)
         # The whole upload within its deadline, however slowly the chunks come (a stalled caller would
         # otherwise hold its upload slot and a worker thread): past it the call is cancelled.
-        seconds = self.state.limits.transfer_s(h.size)
+        seconds = self.state.limits.transfer_s(max(0, h.size - h.offset))
         timer = threading.Timer(seconds, self._expire, (context, f"upload of {h.sha256[:12]}", seconds))
         timer.daemon = True
         timer.start()
         committed = False
+        resumable = False  # kept for a resumed upload when the call ends under it, not when its bytes were wrong
         try:
             for chunk in request_iterator:
                 if chunk.WhichOneof("part") != "data":
@@ -60,10 +69,13 @@ class BoardService(board_pb2_grpc.BoardServicer):
                 upload.write(chunk.data)
             upload.commit()
             committed = True
+        except (Cancelled, DeadlineExceeded, UploadIncomplete):
+            resumable = h.resumable
+            raise
         finally:
             timer.cancel()
             if not committed:
-                upload.abort()
+                upload.abort(keep=resumable)
         self.state.stats.add("uploads")
         log.info("stored model %s (%d bytes, %r)", h.sha256[:12], h.size, upload.file_name)
         return board_pb2.UploadReply(sha256=h.sha256, bytes_received=upload.received)

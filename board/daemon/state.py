@@ -62,9 +62,9 @@ class Limits:
 class Stats:
     """Counters a board reports through GetStats (how a farm sees where its load went) and its metrics."""
 
-    FIELDS = ("infer_calls", "infer_frames", "infer_errors", "perf_jobs", "uploads", "refused_busy")
+    FIELDS = ("infer_calls", "infer_frames", "infer_errors", "perf_jobs", "uploads", "refused_busy", "upload_bytes")
     #: Counted for the metrics only (no BoardStats field).
-    METRICS_ONLY = ("perf_frames", "upload_bytes")
+    METRICS_ONLY = ("perf_frames",)
 
     def __init__(self):
         self._lock = threading.Lock()

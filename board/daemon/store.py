@@ -1,9 +1,19 @@
 """The board's model store: `.bin` files kept by the SHA-256 of their bytes.
 
 A model lives at ``<model_dir>/<sha256>.bin`` (plus ``<sha256>.json`` with the
-uploader's file name). Uploads go to a temporary file in the same directory
-and are renamed into place only when their size and SHA-256 match, so the
-store never holds a partial or corrupt model, whatever the client does.
+uploader's file name). Uploads go to a partial file in the same directory
+(``.upload-<sha256>``) and are renamed into place only when their size and
+SHA-256 match, so the store never holds a partial or corrupt model, whatever
+the client does.
+
+Resumable uploads: an upload that asked for it (``UploadHeader.resumable``)
+and is cut short by its caller or its link (cancelled, deadline) keeps its
+partial file, and the next upload of that SHA-256 may
+continue from its length (``partial_bytes``, ``begin_upload(offset=...)``)
+instead of from byte 0. An upload that sent wrong bytes (more than announced,
+a SHA-256 mismatch, not a model) or hit a full disk drops it. Partial files
+are bounded: at most ``max_uploads`` of them exist at once (an idle one, the
+oldest first, goes to make room), each at most ``max_model_bytes``.
 Names come only from validated hex digests, so no request can reach a path
 outside the store. The uploader's file name is kept only as display text
 (``display_file_name``: no directories, no control characters, at most 255
@@ -42,7 +52,6 @@ import json
 import logging
 import os
 import re
-import tempfile
 import threading
 import time
 from dataclasses import dataclass
@@ -55,7 +64,7 @@ from bpuemu.board.runtime.piece_guard import check_piece
 
 log = logging.getLogger("bpuemu.board.daemon")
 _SHA_RE = re.compile(r"^[0-9a-f]{64}$")
-_TMP_PREFIX = ".upload-"
+_PARTIAL_PREFIX = ".upload-"  # + the SHA-256: an upload's partial file
 #: write() errors that mean "no room for this model here".
 _NO_SPACE = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 #: How often a caller waiting for another upload of its model checks that it is still wanted.
@@ -86,25 +95,60 @@ class StoredModel:
     file_name: str
 
 
-class Upload:
-    """One upload in progress; ``commit`` publishes it, ``abort`` drops it."""
+class OffsetMismatch(Exception):
+    """An upload's offset is not what the board holds of that model (``held`` bytes): nothing was stored."""
 
-    def __init__(self, store: "ModelStore", sha256: str, size: int, file_name: str):
+    def __init__(self, held: int):
+        super().__init__(held)
+        self.held = held
+
+
+class UploadIncomplete(InvalidInput):
+    """An upload's stream ended before all the announced bytes came: what came may be resumed."""
+
+
+class Upload:
+    """One upload in progress into its model's partial file; ``commit`` publishes it, ``abort`` ends it.
+
+    ``offset``: the data starts at this byte (a resumed upload); it must equal what the partial file
+    holds (else OffsetMismatch), and 0 starts afresh.
+    """
+
+    def __init__(self, store: "ModelStore", sha256: str, size: int, file_name: str, offset: int = 0):
         self.store, self.sha256, self.size, self.file_name = store, sha256, size, display_file_name(file_name)
         self._holds_slot = True  # taken by ModelStore.begin_upload
+        self.tmp_path = store.partial_path(sha256)
+        self.offset = offset
+        self.received = 0
         try:
-            fd, self.tmp_path = tempfile.mkstemp(prefix=_TMP_PREFIX, dir=store.root)
+            self._file, self._hash = self._open_partial(offset)
         except BaseException:
             self._release()
             raise
-        self._file = os.fdopen(fd, "wb")
-        self._hash = hashlib.sha256()
-        self.received = 0
+
+    def _open_partial(self, offset: int):
+        """The partial file, positioned at ``offset``, and the SHA-256 of the bytes before it."""
+        held = self.store.partial_bytes(self.sha256)
+        if offset == 0:
+            return open(self.tmp_path, "wb"), hashlib.sha256()
+        if offset != held or offset > self.size:
+            raise OffsetMismatch(held if held <= self.size else 0)
+        f = open(self.tmp_path, "r+b")
+        digest = hashlib.sha256()
+        for block in iter(lambda: f.read(1 << 20), b""):
+            digest.update(block)
+        log.info("upload of %s resumes at byte %d of %d", self.sha256[:12], offset, self.size)
+        return f, digest
+
+    @property
+    def position(self) -> int:
+        """Bytes of the file the board holds now."""
+        return self.offset + self.received
 
     def write(self, data: bytes) -> None:
         self.received += len(data)
         self.store.on_bytes(len(data))
-        if self.received > self.size:
+        if self.position > self.size:
             raise InvalidInput(f"upload of {self.sha256[:12]} sent more than the announced {self.size} bytes")
         self._hash.update(data)
         with self._disk("storing"):
@@ -139,8 +183,8 @@ class Upload:
             self._file.flush()
             os.fsync(self._file.fileno())  # the bytes are on disk before the name is
             self._file.close()
-        if self.received != self.size:
-            raise InvalidInput(f"upload of {self.sha256[:12]} ended after {self.received} of {self.size} bytes")
+        if self.position != self.size:
+            raise UploadIncomplete(f"upload of {self.sha256[:12]} ended after {self.position} of {self.size} bytes")
         if self._hash.hexdigest() != self.sha256:
             raise InvalidInput(
                 f"upload corrupt: content SHA-256 {self._hash.hexdigest()[:12]}... does not match the announced {self.sha256[:12]}..."
@@ -151,15 +195,17 @@ class Upload:
             write_file_atomic(self.store.meta_path(self.sha256), json.dumps({"file_name": self.file_name}))
         os.replace(self.tmp_path, self.store.path(self.sha256))
 
-    def abort(self) -> None:
+    def abort(self, keep: bool = False) -> None:
+        """End the upload unpublished. ``keep``: leave what it received for a resumed upload (the caller or its link
+        went away); otherwise (wrong bytes, a full disk) the partial file goes."""
         try:
             self._file.close()
         except OSError:
-            pass  # flushing the rest of a failed upload (a full disk again): the file goes anyway
+            keep = False  # flushing the rest of a failed upload (a full disk again): the file goes anyway
         finally:
-            self._release()
-            if os.path.exists(self.tmp_path):
+            if not (keep and self.position > 0) and os.path.exists(self.tmp_path):
                 os.unlink(self.tmp_path)
+            self._release()
 
 
 def check_pieces(binfile) -> None:
@@ -185,11 +231,13 @@ class ModelStore:
         self._in_progress = {}  # sha -> Event set when its one running upload ends (published or not)
         self._waiting = 0
         names = set(os.listdir(self.root))
-        for name in names:  # uploads a crash left behind, and metadata whose model never got published
+        for name in names:  # temporary files a crash left behind, and metadata whose model never got published
             sha, ext = os.path.splitext(name)
-            partial = name.startswith(_TMP_PREFIX) or (name.startswith(".") and name.endswith(".tmp"))  # write_file_atomic's
-            if partial or (ext == ".json" and _SHA_RE.match(sha) and sha + ".bin" not in names):
+            stray = name.startswith(_PARTIAL_PREFIX) and not _SHA_RE.match(name[len(_PARTIAL_PREFIX):])
+            atomic_tmp = name.startswith(".") and name.endswith(".tmp")  # write_file_atomic's
+            if stray or atomic_tmp or (ext == ".json" and _SHA_RE.match(sha) and sha + ".bin" not in names):
                 os.unlink(os.path.join(self.root, name))
+        self._check_partials()
 
     def path(self, sha: str) -> str:
         return os.path.join(self.root, check_sha(sha) + ".bin")
@@ -200,6 +248,53 @@ class ModelStore:
     def has(self, sha: str) -> bool:
         return os.path.isfile(self.path(sha))
 
+    # -- partial files of uploads (resumable uploads) --
+    def partial_path(self, sha: str) -> str:
+        return os.path.join(self.root, _PARTIAL_PREFIX + check_sha(sha))
+
+    def partial_bytes(self, sha: str) -> int:
+        """Bytes of an unfinished upload of ``sha`` this board holds (0: none): where an upload may resume."""
+        try:
+            return os.path.getsize(self.partial_path(sha))
+        except FileNotFoundError:
+            return 0
+
+    def _partials(self) -> List[Tuple[float, str]]:
+        """(mtime, sha) of every partial file, oldest first."""
+        found = []
+        for name in os.listdir(self.root):
+            sha = name[len(_PARTIAL_PREFIX):]
+            if name.startswith(_PARTIAL_PREFIX) and _SHA_RE.match(sha):
+                try:
+                    found.append((os.path.getmtime(os.path.join(self.root, name)), sha))
+                except FileNotFoundError:
+                    pass
+        return sorted(found)
+
+    def _check_partials(self) -> None:
+        """At start: drop empty partial files, those over the size limit, and the oldest beyond max_uploads."""
+        for _, sha in self._partials():
+            if not 0 < self.partial_bytes(sha) <= self.max_model_bytes or self.has(sha):
+                os.unlink(self.partial_path(sha))
+        with self._lock:
+            self._make_room_for_partial(None)
+
+    def _make_room_for_partial(self, sha: Optional[str]) -> None:
+        """Under self._lock: remove idle partial files, the oldest first, until at most max_uploads exist
+        counting one for ``sha`` (an upload starting: None when none is)."""
+        partials = self._partials()
+        count = len(partials) + (1 if sha is not None and not any(s == sha for _, s in partials) else 0)
+        for _, other in partials:
+            if count <= self.max_uploads:
+                break
+            if other != sha and other not in self._in_progress:
+                try:
+                    os.unlink(self.partial_path(other))
+                except FileNotFoundError:
+                    pass
+                log.info("dropped the unfinished upload of %s to make room", other[:12])
+                count -= 1
+
     def read(self, sha: str) -> bytes:
         try:
             with open(self.path(sha), "rb") as f:
@@ -208,12 +303,13 @@ class ModelStore:
             raise NotFound(f"model {sha[:12]}... is not on this board", hint="upload it first (clients do this for you)") from None
 
     def begin_upload(self, sha: str, size: int, file_name: str,
-                     still_wanted: Callable[[], bool] = lambda: True) -> Optional[Upload]:
+                     still_wanted: Callable[[], bool] = lambda: True, offset: int = 0) -> Optional[Upload]:
         """An Upload, or None when the board already has this model.
 
         While another upload of ``sha`` runs, wait for it (polling ``still_wanted``,
         e.g. "the caller has not gone"): None once it published the model, else
-        this caller takes over.
+        this caller takes over. ``offset``: resume the unfinished upload there
+        (OffsetMismatch when the board holds another length).
         """
         check_sha(sha)
         if size > self.max_model_bytes:
@@ -232,6 +328,7 @@ class ModelStore:
                     except BaseException:
                         self._end_upload(sha, locked=True)
                         raise
+                    self._make_room_for_partial(sha)
                     break
                 self._start_waiting(sha)
             log.info("upload of %s waits for the one of the same model in progress", sha[:12])
@@ -240,7 +337,7 @@ class ModelStore:
             finally:
                 with self._lock:
                     self._waiting -= 1
-        return Upload(self, sha, size, file_name)
+        return Upload(self, sha, size, file_name, offset)
 
     def _take_slot(self, sha: str) -> None:
         """Under self._lock: claim an upload slot for sha, or refuse."""
@@ -277,7 +374,8 @@ class ModelStore:
         if not self.max_store_bytes:
             return
         limit = self.max_store_bytes
-        over = self.usage()[1] + sum(self._reserved.values()) + size - limit
+        over = self.usage()[1] + sum(self._reserved.values()) + self._idle_partial_bytes(sha) + size - limit
+        over = self._drop_idle_partials(sha, over)
         for model in self._eviction_order() if over > 0 else ():
             if self.in_use(model.sha256):
                 continue
@@ -293,6 +391,29 @@ class ModelStore:
                 f"bytes, and the models in it are loaded or being uploaded",
                 hint="unload models on the board, or start hrt_boardd with a larger --max-store-mb")
         self._reserved[sha] = size
+
+    def _idle_partial_bytes(self, sha: str) -> int:
+        """Under self._lock: the bytes of the partial files of interrupted uploads (not ``sha``'s, not running):
+        they count against the quota like models."""
+        return sum(self.partial_bytes(other) for _, other in self._partials()
+                   if other != sha and other not in self._in_progress)
+
+    def _drop_idle_partials(self, sha: str, over: int) -> int:
+        """Under self._lock: remove partial files of interrupted uploads, oldest first, while the store is ``over``
+        its quota; returns what is still over."""
+        for _, other in self._partials():
+            if over <= 0:
+                break
+            if other == sha or other in self._in_progress:
+                continue
+            held = self.partial_bytes(other)
+            try:
+                os.unlink(self.partial_path(other))
+            except FileNotFoundError:
+                continue
+            log.info("dropped the unfinished upload of %s (%d bytes): the store is over --max-store-mb", other[:12], held)
+            over -= held
+        return over
 
     def _eviction_order(self) -> List[StoredModel]:
         """The stored models, least recently used (loaded or stored) first."""

@@ -118,8 +118,11 @@ def _boards_by_transport(f):
 @click.option("--model-name", "model_name", default="", help="Model to verify when the bin file holds several.")
 @click.option("--seed", default=0, show_default=True, type=int, help="Seed of the random inputs.")
 @click.option("--json", "json_path", default="", metavar="FILE", help="Also write the full report as JSON.")
+@click.option("--save-repro", "repro_dir", default="", metavar="DIR",
+              help="Write one archive into DIR that reproduces this comparison elsewhere (the models, inputs, each "
+                   "side's outputs, versions, hashes): bpuemu-repro run ARCHIVE [-b BOARD].")
 def cli(model, ssh_boards, grpc_boards, run_sim, input_img, digits, dump_all, username, ssh_settings, token, tls, lsb,
-        model_name, seed, json_path):
+        model_name, seed, json_path, repro_dir):
     """Verify that quanti.onnx, the x86 simulator and the board compute the same results.
 
     Exits 0 only when every comparison passes; 1 when one fails or on an error.
@@ -140,9 +143,17 @@ def cli(model, ssh_boards, grpc_boards, run_sim, input_img, digits, dump_all, us
     report = verify(options, echo=click.echo, progress=lambda total: bar(total=total))
     if json_path:
         report.write_json(json_path)
+    if repro_dir:
+        from bpuemu.host.verifier.repro import write_bundle
+
+        click.echo(f"INFO repro bundle: {write_bundle(repro_dir, options, report)} (re-run it with: bpuemu-repro run "
+                   f"ARCHIVE [-b BOARD])")
     failed = [p.source for p in report.pairs if not p.passed]
     if failed:
         click.echo(f"WARNING hb_verifier: {len(failed)} of {len(report.pairs)} comparison(s) FAILED: {', '.join(failed)}")
+        if not repro_dir:
+            click.echo("Hint: add --save-repro DIR to write one archive that reproduces this comparison on another "
+                       "machine (bpuemu-repro run ARCHIVE [-b BOARD])")
         sys.exit(1)
     click.echo(f"INFO hb_verifier: all {len(report.pairs)} comparison(s) PASSED")
 

@@ -38,6 +38,7 @@ from bpuemu.board.backends import Backend, LocalBackend, Platform, local_platfor
 from bpuemu.board.runtime import FOLLOW_MODEL
 from bpuemu.host.clients.ssh_options import SshOptions
 from bpuemu.host.verifier.inputs import load_inputs, random_inputs
+from bpuemu.host.verifier.repro import board_facts
 from bpuemu.host.verifier.report import NodeDivergence, PairResult, VerifyReport, pair_body, pair_header
 from bpuemu.host.verifier.sides import QuantiGraph, SideRun, run_bin, run_quanti
 
@@ -246,7 +247,9 @@ def verify(options: VerifyOptions, echo: Optional[Echo] = None,
         for label, backend, setup_ms in opened:
             sides.append(run_bin(backend, label, model.name, inputs, options.dump_all, setup_ms))
             echo(f"INFO {label} infer: {sides[-1].info.description}: {sides[-1].info.infer_ms:.3f} ms")
+            report.board_facts[label] = board_facts(backend)
     report.sides = [s.info for s in sides]
+    report.model, report.input_data, report.runs = model, list(inputs), list(sides)
     for w in report.warnings:
         echo(f"WARNING {w}")
 

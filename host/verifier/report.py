@@ -12,7 +12,7 @@ and names the first one, in topological order, where the two sides diverge.
 """
 import json
 from dataclasses import asdict, dataclass, field
-from typing import List, Optional
+from typing import Any, Dict, List, Optional
 
 from bpuemu.common.compare import TensorComparison
 
@@ -103,6 +103,11 @@ class VerifyReport:
     sides: List[SideInfo] = field(default_factory=list)
     pairs: List[PairResult] = field(default_factory=list)
     warnings: List[str] = field(default_factory=list)
+    # What a repro bundle keeps (bpuemu.host.verifier.repro): the model, the inputs, each side's run, board facts.
+    model: Any = field(default=None, repr=False, compare=False)
+    input_data: list = field(default_factory=list, repr=False, compare=False)
+    runs: list = field(default_factory=list, repr=False, compare=False)
+    board_facts: Dict[str, Dict[str, str]] = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def passed(self) -> bool:

@@ -441,6 +441,51 @@ def test_board_killed_mid_run_costs_only_its_in_flight_images(full_run, converte
     assert f"board {a.target}:" in out and "left the run" in out
 
 
+@pytest.mark.timeout(600)
+def test_evaluation_over_namespaced_boards_behind_links(full_run, converted, tmp_path):
+    """The board side over four boards each in its own network namespace behind a link (bench/netlab.py: wifi,
+    bad, lan whose link goes down for 4 s mid-run, lan): the run finishes with every image read as on one local
+    board, and reports per board the images it served and its time per image."""
+    from helpers.netboards import lab
+
+    _, cwd = full_run
+    ev, dirs = converted
+    header, rows = _records(cwd / "r.jsonl")
+    local_board = {r["key"]: r["pred"] for r in rows if r["side"] == "board"}
+    with open(tmp_path / "r.jsonl", "w") as f:   # float and quantized already done
+        for r in [header] + [r for r in rows if r["side"] != "board"]:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    with lab(["wifi", "bad", "lan", "lan"], tmp_path / "netlab") as net:
+        down, targets = net.boards[2], [b.target for b in net.boards]
+
+        def served(board):
+            return sum(1 for r in _records(tmp_path / "r.jsonl")[1] if r.get("worker") == board.target)
+
+        proc = subprocess.Popen(_eval_cmd(ev, dirs, "--board", ",".join(b.target for b in net.boards), "--results",
+                                          tmp_path / "r.jsonl", "--report", tmp_path / "report.json"),
+                                cwd=tmp_path, env=clean_env(BPUEMU_TOKEN=net.token), stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+        deadline = time.monotonic() + 240
+        while time.monotonic() < deadline and proc.poll() is None and served(down) < 1:
+            time.sleep(0.05)
+        net.down(down, 4.0)
+        out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 0, out + err
+    assert "Traceback" not in err
+    report = json.load(open(tmp_path / "report.json"))
+    assert report["agreement"] == {"compared": 27, "identical": 27, "differ": []}
+    _, rows2 = _records(tmp_path / "r.jsonl")
+    board_rows = {r["key"]: r["pred"] for r in rows2 if r["side"] == "board"}
+    assert board_rows == local_board  # what one local board read, image for image
+    by_board = {b["board"]: b for b in report["boards"]}
+    assert sorted(by_board) == sorted(targets)
+    assert sum(b["items"] for b in by_board.values()) == 27 and by_board[down.target]["items"] >= 1
+    for target in targets:
+        line = next(ln for ln in out.splitlines() if ln.startswith(f"board {target}:"))
+        assert " image(s), " in line and " ms per image)" in line, line
+    print(out)
+
+
 def test_sample_postprocess_script_decodes_dumped_outputs(tmp_path, ppocr):
     """mapper/postprocess.py on outputs written as hrt_model_exec --enable_dump writes them (raw float32)."""
     import onnxruntime as ort

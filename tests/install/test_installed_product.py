@@ -188,6 +188,11 @@ def test_board_and_verifier_from_the_wheel(host_venv, project, daemon_in, tmp_pa
                            cwd=tmp_path)
     assert "Strict check PASSED" in verify.stdout and "FAILED" not in verify.stdout
     assert "Arm VS Sim" in verify.stdout
+    host_venv.run("hb_verifier", "-m", f"{project['quanti']},{model}", "-s", "True", "-b", f"grpc://{board}",
+                  "--save-repro", "repro", cwd=tmp_path)
+    (bundle,) = (tmp_path / "repro").glob("*.tar.gz")
+    rerun = host_venv.run("bpuemu-repro", "run", str(bundle), "-b", f"grpc://{board}", cwd=tmp_path)
+    assert rerun.stdout.count("reproduced bit for bit") == 3, rerun.stdout
     daemon.assert_stops_cleanly()
 
 
