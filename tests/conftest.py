@@ -49,10 +49,11 @@ SERIAL_GROUPS = {
     "timing": ("board/test_security.py", "board/test_faults.py", "board/test_x5_pacing.py",
                "board/test_data_channel.py", "board/test_data_channel_buffers.py", "board/test_memory.py",
                "board/test_metrics.py", "board/test_daemon.py", "host/test_ssh_faults.py",
-               "common/test_x5_schedule.py", "test_bench_load.py", "test_bench_rerun_ab.py", "test_bench_soak.py"),
+               "common/test_x5_schedule.py", "test_bench_load.py", "test_bench_rerun_ab.py", "test_bench_soak.py",
+               "board/test_attacks.py"),
     "daemons": ("board/test_farm.py", "host/test_ocr_eval.py", "host/test_verifier.py", "host/test_ssh.py",
                 "deploy/test_install_arm64.py", "deploy/test_compose.py", "install/test_installed_product.py",
-                "test_docs.py"),
+                "test_docs.py", "board/test_network.py", "board/test_upload_resume.py", "host/test_network_farm.py"),
 }
 _GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}
 _TESTS = os.path.dirname(os.path.abspath(__file__))
