@@ -228,3 +228,16 @@ def estimate_line(model: model_pb2.Model, on_march: bool = True) -> str:
     bpu_us = t.bpu_us
     fps = f"{1e6 / bpu_us:.2f}" if bpu_us > 0 else "inf"
     return f"FPS={fps}, latency = {bpu_us:.1f} us, DDR = {model.x5_timing.ddr_bytes} bytes"
+
+
+def march_estimate_line(model: model_pb2.Model) -> str:
+    """The estimate line on the model's march with the frame's CPU work and what the figures rest on:
+    ``FPS=…, latency = … us (BPU), DDR = … bytes; 1-thread latency = … us (BPU … us + CPU … us) [label]``
+    (``march_steps`` and ``schedule``; the label is ``March.timing.label``)."""
+    from bpuemu.common.march import march
+
+    m = march(model.march or None)
+    one = schedule(march_steps(model), thread_num=1, frame_count=1)
+    return (f"{estimate_line(model)}; 1-thread latency = {one.latency_1thread_ms * 1e3:.1f} us "
+            f"(BPU {one.bpu_ms * 1e3:.1f} us + CPU {one.cpu_ms * 1e3:.1f} us) "
+            f"[{m.name} ({m.platform}) {m.timing.label}]")

@@ -75,19 +75,24 @@ def _set_timing(timing, board, ssh):
 
 def march_option(f):
     return click.option("--march", default=None, metavar="MARCH",
-                        help="The in-process board's march (default bayes-e; nash-e/m/b/h/p run J6 .hbm models): a "
-                             "model compiled for another is refused. A remote board has its own (hrt_boardd --march).")(f)
+                        help="The in-process board's march (default: $BPUEMU_BOARD_MARCH, else bayes-e; nash-e/m/b/h/p "
+                             "run J6 .hbm models): a model compiled for another is refused. A remote board has its "
+                             "own (hrt_boardd --march; over SSH, the board's BPUEMU_BOARD_MARCH).")(f)
 
 
 def _set_march(march, board, ssh):
-    if march is None:
-        return
-    if board or ssh:
-        raise click.UsageError("--march sets the in-process board's march; a remote board has its own: "
-                               "start it with hrt_boardd --march")
-    from bpuemu.board.runtime import set_board_march
+    """The in-process board's march: --march, else the board's environment (BPUEMU_BOARD_MARCH: how a board
+    reached over SSH, running this command, says what it is); a remote board's own is never set from here."""
+    from bpuemu.board.runtime import BOARD_MARCH_ENV, set_board_march
 
-    set_board_march(march)
+    if board or ssh:
+        if march is not None:
+            raise click.UsageError("--march sets the in-process board's march; a remote board has its own: "
+                                   f"start it with hrt_boardd --march (over SSH: {BOARD_MARCH_ENV} on the board)")
+        return
+    march = march or os.environ.get(BOARD_MARCH_ENV, "").strip()
+    if march:
+        set_board_march(march)
 
 
 def input_option(f):

@@ -493,17 +493,19 @@ def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs, keep
 
 
 def _log_estimate(job: ConvertJob, model: model_pb2.Model, blobs: Dict[str, bytes]) -> None:
-    """The X5 timing model's estimate: stored in the `.bin`'s plan, logged (with compiler_parameters.advice)."""
+    """The X5 timing model's estimate: stored in the `.bin`'s plan, logged (with compiler_parameters.advice);
+    on a J6 march the logged figures are the march's (bpuemu.common.x5_timing.march_estimate_line)."""
     try:
         from bpuemu.host.compiler.timing.estimate import annotate
 
         est = annotate(model, blobs)  # the compile step storing each step's modeled X5 time in the .bin
-        m = job.march_spec
-        if m.is_j6:  # no J6 timing model yet: say what the figures are
-            log.info("the static performance estimate below is the X5 timing model's (bayes-e): bpuemu does not "
-                     "model %s (%s) timing in conversion yet", m.platform, m.name)
         log.info("static performance estimate, %s:", est.strategy.describe())
-        log.info(est.line())
+        if job.march_spec.is_j6:  # the X5 model scaled per March.timing, as the board prints it, with its label
+            from bpuemu.common.x5_timing import march_estimate_line
+
+            log.info(march_estimate_line(model))
+        else:
+            log.info(est.line())
         if job.advice:
             from bpuemu.host.compiler.timing.estimate import advice_lines
 

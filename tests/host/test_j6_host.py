@@ -8,7 +8,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-from sshd_harness import Daemon, clean_env
+from sshd_harness import REMOTE_COMMAND, Daemon, Sshd, clean_env
 
 from bpuemu.common.container import read_bc, read_bin, write_bc
 from bpuemu.common.errors import BoardUnavailable, InvalidInput
@@ -158,3 +158,30 @@ def test_hb_model_info_and_hb_perf_read_the_hbm(fm, tmp_path):
     j6 = [line for line in perf.stderr.splitlines() if "on nash-e (J6E)" in line]
     assert j6 and "modeled" in j6[0] and "assumed" in j6[0], perf.stderr
     assert "stores the X5 timing of another parameter set" not in perf.stderr
+
+
+def _ssh_args(server):
+    return ["-u", server.user, "--identity", server.user_key, "--known-hosts", server.known_hosts,
+            "--remote-command", REMOTE_COMMAND, "--remote-tmp", server.remote_tmp]
+
+
+def test_hb_verifier_over_ssh_runs_the_hbm_on_the_boards_own_march(fm, tmp_path):
+    """Over SSH the board's own hrt_model_exec runs the .hbm: a nash-e board says so in its environment
+    (BPUEMU_BOARD_MARCH, here sshd's SetEnv) and the J6 pair PASSes; a board that says nothing is the X5, and
+    the .hbm is refused with one line naming both marches and the setting."""
+    nash = Sshd(tmp_path / "nash", board_env={"BPUEMU_BOARD_MARCH": "nash-e"}).start()
+    try:
+        run = _hb_verifier("-m", f"{fm.bc},{fm.bin}", "-s", "True", "-b", f"ssh://{nash.address}", *_ssh_args(nash))
+    finally:
+        nash.stop()
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and "all 3 comparison(s) PASSED" in out, out
+    assert f"board {nash.target} over SSH (" in out
+    x5 = Sshd(tmp_path / "x5").start()
+    try:
+        run = _hb_verifier("-m", f"{fm.bc},{fm.bin}", "-b", f"ssh://{x5.address}", *_ssh_args(x5))
+    finally:
+        x5.stop()
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "Traceback" not in out, out
+    assert "compiled for march nash-e; this board is bayes-e" in out and "BPUEMU_BOARD_MARCH=nash-e" in out, out
