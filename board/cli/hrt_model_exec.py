@@ -249,12 +249,10 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
             b = run.outcomes[0].value
             return _json("perf", b.backend, model=b.handle.name, result=b.report.summary(),
                          profiler_files=b.profile_files, x5=x5_summary(b.handle.model, thread_num, b.report.frame_count))
-    paced = "paced to the X5 model by --timing x5" if timing == "x5" else \
-        "that machine's speed, not the X5's, unless it runs hrt_boardd --timing x5" if board or ssh else \
-        "this machine's speed, not the X5's"
     for o in run.ok:
         if n > 1:
             click.echo(board_header(o.value.backend))
+        paced = _paced(timing, bool(board or ssh), o.value.handle.model)
         click.echo(f"Host figures: measured on {o.value.backend.description} by bpuemu's emulated runtime ({paced}):")
         click.echo(o.value.report.console())
         click.echo(x5_text(o.value.handle.model, thread_num, o.value.report.frame_count))
@@ -264,6 +262,25 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
         where = os.path.abspath(profile_path) + ("/<board>" if n > 1 else "")
         click.echo(f"profiler data written to {os.path.join(where, 'profiler.log')} and profiler.csv")
     run.raise_if_failed()
+
+
+def _paced(timing: str, remote: bool, model) -> str:
+    """What the host figures' speed is: this (or the board's) machine, or the modeled board of the model's march
+    (the X5, or a J6 march's X5 model scaled per March.timing)."""
+    from bpuemu.common.march import march as march_of
+
+    m = march_of(model.march or None)
+    if not m.is_j6:
+        board = "the X5's"
+        if timing == "x5":
+            return "paced to the X5 model by --timing x5"
+    else:
+        board = f"the modeled {m.name}'s ({m.platform}; the X5 model scaled, assumed)"
+        if timing == "x5":
+            return f"paced to the modeled {m.name} ({m.platform}; the X5 model scaled, assumed) by --timing x5"
+    if remote:
+        return f"that machine's speed, not {board}, unless it runs hrt_boardd --timing x5"
+    return f"this machine's speed, not {board}"
 
 
 class _progress:

@@ -102,6 +102,12 @@ def test_perf_on_a_nash_board_scales_the_x5_model_per_the_march_and_says_it_is_m
     header = next(line for line in res.stdout.splitlines() if line.startswith("nash-e model"))
     assert "modeled" in header and "assumed" in header and "no board measurements" in header
     assert "X5 model (" not in res.stdout
+    host = next(line for line in res.stdout.splitlines() if line.startswith("Host figures"))
+    assert "not the modeled nash-e's (J6E; the X5 model scaled, assumed)" in host and "X5's" not in host, host
+    res = run_cli(["perf", "--model_file", hbm, "--march", "nash-e", "--timing", "x5", "--frame_count", "2"], tmp_path)
+    assert_ok(res)
+    host = next(line for line in res.stdout.splitlines() if line.startswith("Host figures"))
+    assert "paced to the modeled nash-e (J6E; the X5 model scaled, assumed) by --timing x5" in host, host
     res = run_cli(["perf", "--model_file", hbm, "--board", nash_board.target, "--frame_count", "5", "--json"], tmp_path)
     assert_ok(res)
     modeled = json.loads(res.stdout)["x5"]

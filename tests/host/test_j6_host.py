@@ -145,6 +145,7 @@ def test_hb_verifier_names_the_first_diverging_node_of_a_bc_that_differs(fm, nas
     assert run.returncode == 1, out
     first = [line for line in out.splitlines() if "first divergence" in line]
     assert first and "made by node 'conv2' (Conv)" in first[0], out
+    assert ", in .hbm step 'BPU_tiny_subgraph_0'" in first[0] and ".bin" not in first[0], out
 
 
 def test_hb_model_info_and_hb_perf_read_the_hbm(fm, tmp_path):
