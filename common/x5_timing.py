@@ -123,16 +123,28 @@ def march_steps(model: model_pb2.Model) -> ModelSteps:
     (no J6 board measurements exist) each BPU step's X5 time divided by the march's int8 TOPS ratio to the
     X5 and each CPU step's (and the task overhead) by its CPU speed ratio, both from ``March.timing``
     (bpuemu.common.march), whose ``label`` says what they rest on."""
+    return steps_on_march(plan_steps(model), model.march)
+
+
+def step_us_on_march(us: float, on_bpu: bool, march_name: str) -> float:
+    """One X5 step time on ``march_name``: a BPU time divided by the march's int8 TOPS ratio to the X5, a CPU
+    time by its CPU speed ratio (``March.timing``; both 1 on the X5)."""
     from bpuemu.common.march import march
 
-    steps = plan_steps(model)
-    t = march(model.march or None).timing
+    t = march(march_name or None).timing
+    return us / (t.bpu_speed_vs_x5 if on_bpu else t.cpu_speed_vs_x5)
+
+
+def steps_on_march(steps: ModelSteps, march_name: str) -> ModelSteps:
+    """X5 modeled ``steps`` (stored in a model, or an estimate's) on ``march_name`` (``step_us_on_march``)."""
+    from bpuemu.common.march import march
+
+    t = march(march_name or None).timing
     if t.bpu_speed_vs_x5 == 1.0 and t.cpu_speed_vs_x5 == 1.0:
         return steps
-    return ModelSteps(steps.model, tuple(StepTime(s.name, s.on_bpu, s.us / (t.bpu_speed_vs_x5 if s.on_bpu
-                                                                             else t.cpu_speed_vs_x5))
+    return ModelSteps(steps.model, tuple(StepTime(s.name, s.on_bpu, step_us_on_march(s.us, s.on_bpu, march_name))
                                          for s in steps.steps),
-                      steps.task_overhead_us / t.cpu_speed_vs_x5, steps.parameters)
+                      step_us_on_march(steps.task_overhead_us, False, march_name), steps.parameters)
 
 
 def timing_header(model: model_pb2.Model) -> str:

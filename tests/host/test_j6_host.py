@@ -1,6 +1,8 @@
 """The J6 flow's host half: HBRuntime (.onnx, .bc, .hbm), hbm_infer on a nash board, hb_verifier .bc vs .hbm vs
 board, hb_model_info and hb_perf on an .hbm. Real daemons on loopback (hrt_boardd --march nash-e), real files."""
+import html
 import json
+import re
 import subprocess
 import sys
 
@@ -159,6 +161,14 @@ def test_hb_model_info_and_hb_perf_read_the_hbm(fm, tmp_path):
     j6 = [line for line in perf.stderr.splitlines() if "on nash-e (J6E)" in line]
     assert j6 and "modeled" in j6[0] and "assumed" in j6[0], perf.stderr
     assert "stores the X5 timing of another parameter set" not in perf.stderr
+    page = (tmp_path / "hb_perf_result" / "tiny" / "tiny.html").read_text()   # the report: the march's figures
+    from bpuemu.common import x5_timing
+    from bpuemu.common.march import march
+
+    on_march = x5_timing.march_steps(read_bin(fm.bin).model())
+    shown = float(re.search(r"<td>Model Latency\(ms\)</td><td class=\"num\">([0-9.e-]+)</td>", page).group(1))
+    assert shown == pytest.approx(on_march.bpu_us / 1e3, abs=1e-6)
+    assert "<h2>Plan Steps on nash-e (J6E)</h2>" in page and html.escape(march("nash-e").timing.label) in page
 
 
 def _ssh_args(server):
