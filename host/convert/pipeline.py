@@ -489,7 +489,24 @@ def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs, keep
         for r in removed:
             names.append(getattr(r, "name", str(r)))
             log.info("removed node %s (remove_node_type/remove_node_name)", names[-1])
+        if job.march_spec.is_j6:
+            _log_types_not_removed(job, placement, {getattr(r, "op_type", "") for r in removed})
     return (model, blobs, names) if keep_full else (model, blobs)
+
+
+def _log_types_not_removed(job: ConvertJob, placement, removed_types) -> None:
+    """One line per remove_node_type that has nothing to remove, rather than silence. A Dequantize behind the
+    tail Conv: ptq_faq_j6's tail Conv outputs int32 (nash-e/m) or float32 (nash-b/h/p) unquantized, so there is
+    no Dequantize to remove after it; the .hbm is built without removing anything there."""
+    m = job.march_spec
+    tails = sorted(placement.high_precision_nodes)
+    for t in job.remove_node_type:
+        if t == "Dequantize" and tails:
+            log.info("remove_node_type Dequantize: the tail Conv %s outputs %s unquantized on %s (ptq_faq_j6), so "
+                     "no Dequantize follows it: nothing to remove there, its output leaves the .hbm as it is",
+                     ", ".join(tails), m.tail_output_dtype, m.name)
+        elif t not in removed_types:
+            log.info("remove_node_type %s: the model has no removable %s node", t, t)
 
 
 def _log_estimate(job: ConvertJob, model: model_pb2.Model, blobs: Dict[str, bytes]) -> None:
