@@ -58,7 +58,8 @@ def _json(command, be, **fields) -> None:
 
 def timing_option(f):
     return click.option("--timing", default="host", show_default=True, type=click.Choice(["host", "x5"]),
-                        help="x5: every frame lasts at least its modeled RDK X5 time (threads share one modeled BPU), "
+                        help="x5: every frame lasts at least its modeled RDK X5 time (a J6 .hbm's: the X5 model scaled per its "
+                             "march, assumed; threads share one modeled BPU), "
                              "so an application sees the board's latency and throughput; host: as fast as this "
                              "machine runs. In-process only: a board paces itself (hrt_boardd --timing x5).")(f)
 
