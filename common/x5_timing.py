@@ -123,16 +123,28 @@ def march_steps(model: model_pb2.Model) -> ModelSteps:
     (no J6 board measurements exist) each BPU step's X5 time divided by the march's int8 TOPS ratio to the
     X5 and each CPU step's (and the task overhead) by its CPU speed ratio, both from ``March.timing``
     (bpuemu.common.march), whose ``label`` says what they rest on."""
+    return steps_on_march(plan_steps(model), model.march)
+
+
+def step_us_on_march(us: float, on_bpu: bool, march_name: str) -> float:
+    """One X5 step time on ``march_name``: a BPU time divided by the march's int8 TOPS ratio to the X5, a CPU
+    time by its CPU speed ratio (``March.timing``; both 1 on the X5)."""
     from bpuemu.common.march import march
 
-    steps = plan_steps(model)
-    t = march(model.march or None).timing
+    t = march(march_name or None).timing
+    return us / (t.bpu_speed_vs_x5 if on_bpu else t.cpu_speed_vs_x5)
+
+
+def steps_on_march(steps: ModelSteps, march_name: str) -> ModelSteps:
+    """X5 modeled ``steps`` (stored in a model, or an estimate's) on ``march_name`` (``step_us_on_march``)."""
+    from bpuemu.common.march import march
+
+    t = march(march_name or None).timing
     if t.bpu_speed_vs_x5 == 1.0 and t.cpu_speed_vs_x5 == 1.0:
         return steps
-    return ModelSteps(steps.model, tuple(StepTime(s.name, s.on_bpu, s.us / (t.bpu_speed_vs_x5 if s.on_bpu
-                                                                             else t.cpu_speed_vs_x5))
+    return ModelSteps(steps.model, tuple(StepTime(s.name, s.on_bpu, step_us_on_march(s.us, s.on_bpu, march_name))
                                          for s in steps.steps),
-                      steps.task_overhead_us / t.cpu_speed_vs_x5, steps.parameters)
+                      step_us_on_march(steps.task_overhead_us, False, march_name), steps.parameters)
 
 
 def timing_header(model: model_pb2.Model) -> str:
@@ -228,3 +240,16 @@ def estimate_line(model: model_pb2.Model, on_march: bool = True) -> str:
     bpu_us = t.bpu_us
     fps = f"{1e6 / bpu_us:.2f}" if bpu_us > 0 else "inf"
     return f"FPS={fps}, latency = {bpu_us:.1f} us, DDR = {model.x5_timing.ddr_bytes} bytes"
+
+
+def march_estimate_line(model: model_pb2.Model) -> str:
+    """The estimate line on the model's march with the frame's CPU work and what the figures rest on:
+    ``FPS=…, latency = … us (BPU), DDR = … bytes; 1-thread latency = … us (BPU … us + CPU … us) [label]``
+    (``march_steps`` and ``schedule``; the label is ``March.timing.label``)."""
+    from bpuemu.common.march import march
+
+    m = march(model.march or None)
+    one = schedule(march_steps(model), thread_num=1, frame_count=1)
+    return (f"{estimate_line(model)}; 1-thread latency = {one.latency_1thread_ms * 1e3:.1f} us "
+            f"(BPU {one.bpu_ms * 1e3:.1f} us + CPU {one.cpu_ms * 1e3:.1f} us) "
+            f"[{m.name} ({m.platform}) {m.timing.label}]")

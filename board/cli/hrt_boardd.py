@@ -73,9 +73,11 @@ from bpuemu.board.security import ServerTls, read_token_file
 @click.option("--port-file", default="", help="Write the port actually bound to this file (useful with port 0).")
 @click.option("--timing", default="host", show_default=True, type=click.Choice(["host", "x5"]),
               help="x5: infer and perf frames last at least their modeled RDK X5 time (all calls share one modeled "
-                   "BPU; the model's X5 timing comes from makertbin), so applications see the board's latency and "
+                   "BPU; the model's X5 timing comes from makertbin; a J6 .hbm's is scaled per its march, assumed), so "
+                   "applications see the board's latency and "
                    "throughput; host: as fast as this machine runs.")
-@click.option("--march", default="bayes-e", show_default=True, metavar="MARCH",
+@click.option("--march", default="bayes-e", show_default=True, metavar="MARCH", envvar="BPUEMU_BOARD_MARCH",
+              show_envvar=True,
               help="The board's BPU march: bayes-e (the X5, .bin) or nash-e/m/b/h/p (the J6, .hbm). A model compiled "
                    "for another march is refused at load.")
 @click.option("--log-level", default="INFO", show_default=True, type=click.Choice(["DEBUG", "INFO", "WARNING", "ERROR"]))

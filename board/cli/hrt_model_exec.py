@@ -58,7 +58,8 @@ def _json(command, be, **fields) -> None:
 
 def timing_option(f):
     return click.option("--timing", default="host", show_default=True, type=click.Choice(["host", "x5"]),
-                        help="x5: every frame lasts at least its modeled RDK X5 time (threads share one modeled BPU), "
+                        help="x5: every frame lasts at least its modeled RDK X5 time (a J6 .hbm's: the X5 model scaled per its "
+                             "march, assumed; threads share one modeled BPU), "
                              "so an application sees the board's latency and throughput; host: as fast as this "
                              "machine runs. In-process only: a board paces itself (hrt_boardd --timing x5).")(f)
 
@@ -75,19 +76,24 @@ def _set_timing(timing, board, ssh):
 
 def march_option(f):
     return click.option("--march", default=None, metavar="MARCH",
-                        help="The in-process board's march (default bayes-e; nash-e/m/b/h/p run J6 .hbm models): a "
-                             "model compiled for another is refused. A remote board has its own (hrt_boardd --march).")(f)
+                        help="The in-process board's march (default: $BPUEMU_BOARD_MARCH, else bayes-e; nash-e/m/b/h/p "
+                             "run J6 .hbm models): a model compiled for another is refused. A remote board has its "
+                             "own (hrt_boardd --march; over SSH, the board's BPUEMU_BOARD_MARCH).")(f)
 
 
 def _set_march(march, board, ssh):
-    if march is None:
-        return
-    if board or ssh:
-        raise click.UsageError("--march sets the in-process board's march; a remote board has its own: "
-                               "start it with hrt_boardd --march")
-    from bpuemu.board.runtime import set_board_march
+    """The in-process board's march: --march, else the board's environment (BPUEMU_BOARD_MARCH: how a board
+    reached over SSH, running this command, says what it is); a remote board's own is never set from here."""
+    from bpuemu.board.runtime import BOARD_MARCH_ENV, set_board_march
 
-    set_board_march(march)
+    if board or ssh:
+        if march is not None:
+            raise click.UsageError("--march sets the in-process board's march; a remote board has its own: "
+                                   f"start it with hrt_boardd --march (over SSH: {BOARD_MARCH_ENV} on the board)")
+        return
+    march = march or os.environ.get(BOARD_MARCH_ENV, "").strip()
+    if march:
+        set_board_march(march)
 
 
 def input_option(f):
@@ -244,12 +250,10 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
             b = run.outcomes[0].value
             return _json("perf", b.backend, model=b.handle.name, result=b.report.summary(),
                          profiler_files=b.profile_files, x5=x5_summary(b.handle.model, thread_num, b.report.frame_count))
-    paced = "paced to the X5 model by --timing x5" if timing == "x5" else \
-        "that machine's speed, not the X5's, unless it runs hrt_boardd --timing x5" if board or ssh else \
-        "this machine's speed, not the X5's"
     for o in run.ok:
         if n > 1:
             click.echo(board_header(o.value.backend))
+        paced = _paced(timing, bool(board or ssh), o.value.handle.model)
         click.echo(f"Host figures: measured on {o.value.backend.description} by bpuemu's emulated runtime ({paced}):")
         click.echo(o.value.report.console())
         click.echo(x5_text(o.value.handle.model, thread_num, o.value.report.frame_count))
@@ -259,6 +263,25 @@ def perf(model_file, model_name, core_id, board, token, ssh, tls, input_file, fr
         where = os.path.abspath(profile_path) + ("/<board>" if n > 1 else "")
         click.echo(f"profiler data written to {os.path.join(where, 'profiler.log')} and profiler.csv")
     run.raise_if_failed()
+
+
+def _paced(timing: str, remote: bool, model) -> str:
+    """What the host figures' speed is: this (or the board's) machine, or the modeled board of the model's march
+    (the X5, or a J6 march's X5 model scaled per March.timing)."""
+    from bpuemu.common.march import march as march_of
+
+    m = march_of(model.march or None)
+    if not m.is_j6:
+        board = "the X5's"
+        if timing == "x5":
+            return "paced to the X5 model by --timing x5"
+    else:
+        board = f"the modeled {m.name}'s ({m.platform}; the X5 model scaled, assumed)"
+        if timing == "x5":
+            return f"paced to the modeled {m.name} ({m.platform}; the X5 model scaled, assumed) by --timing x5"
+    if remote:
+        return f"that machine's speed, not {board}, unless it runs hrt_boardd --timing x5"
+    return f"this machine's speed, not {board}"
 
 
 class _progress:

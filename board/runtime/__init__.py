@@ -22,7 +22,7 @@ from bpuemu.board.runtime.model import LoadedModel
 from bpuemu.board.runtime.perf_job import PerfConfig, PerfReport, run_perf
 
 __all__ = ["Runtime", "LoadedModel", "InferResult", "run_frames", "PerfConfig", "PerfReport", "run_perf",
-           "FOLLOW_MODEL", "WrongMarch", "board_march", "set_board_march"]
+           "FOLLOW_MODEL", "WrongMarch", "board_march", "set_board_march", "BOARD_MARCH_ENV"]
 
 #: Runtime(march=FOLLOW_MODEL): the host's simulator, which runs each model on the march it was compiled for.
 FOLLOW_MODEL = "model"
@@ -33,6 +33,11 @@ _BOARD_MARCH = DEFAULT_MARCH
 
 class WrongMarch(InvalidModelFile):
     """A model compiled for another march than the board's."""
+
+
+#: The board's march in its environment: hrt_model_exec (in-process, as a board's own command run over SSH)
+#: and hrt_boardd read it when no --march is given. A board's march is the board's, never the client's.
+BOARD_MARCH_ENV = "BPUEMU_BOARD_MARCH"
 
 
 def set_board_march(name: str) -> str:
@@ -54,7 +59,8 @@ def check_march(model_march: str, board: str, model_name: str) -> None:
         suffix = MARCHES[compiled].flow.model_suffix if compiled in MARCHES else "model"
         raise WrongMarch(f"model '{model_name}' was compiled for march {compiled}; this board is {board}",
                          hint=f"run the {suffix} on a {compiled} board (hrt_boardd --march {compiled}, "
-                              f"hrt_model_exec --march {compiled}), or compile it for {board}")
+                              f"hrt_model_exec --march {compiled}, or {BOARD_MARCH_ENV}={compiled} in the board's "
+                              f"environment), or compile it for {board}")
 
 
 class Runtime:

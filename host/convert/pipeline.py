@@ -489,21 +489,40 @@ def _compile(job: ConvertJob, quantized: onnx.ModelProto, placement, specs, keep
         for r in removed:
             names.append(getattr(r, "name", str(r)))
             log.info("removed node %s (remove_node_type/remove_node_name)", names[-1])
+        if job.march_spec.is_j6:
+            _log_types_not_removed(job, placement, {getattr(r, "op_type", "") for r in removed})
     return (model, blobs, names) if keep_full else (model, blobs)
 
 
+def _log_types_not_removed(job: ConvertJob, placement, removed_types) -> None:
+    """One line per remove_node_type that has nothing to remove, rather than silence. A Dequantize behind the
+    tail Conv: ptq_faq_j6's tail Conv outputs int32 (nash-e/m) or float32 (nash-b/h/p) unquantized, so there is
+    no Dequantize to remove after it; the .hbm is built without removing anything there."""
+    m = job.march_spec
+    tails = sorted(placement.high_precision_nodes)
+    for t in job.remove_node_type:
+        if t == "Dequantize" and tails:
+            log.info("remove_node_type Dequantize: the tail Conv %s outputs %s unquantized on %s (ptq_faq_j6), so "
+                     "no Dequantize follows it: nothing to remove there, its output leaves the .hbm as it is",
+                     ", ".join(tails), m.tail_output_dtype, m.name)
+        elif t not in removed_types:
+            log.info("remove_node_type %s: the model has no removable %s node", t, t)
+
+
 def _log_estimate(job: ConvertJob, model: model_pb2.Model, blobs: Dict[str, bytes]) -> None:
-    """The X5 timing model's estimate: stored in the `.bin`'s plan, logged (with compiler_parameters.advice)."""
+    """The X5 timing model's estimate: stored in the `.bin`'s plan, logged (with compiler_parameters.advice);
+    on a J6 march the logged figures are the march's (bpuemu.common.x5_timing.march_estimate_line)."""
     try:
         from bpuemu.host.compiler.timing.estimate import annotate
 
         est = annotate(model, blobs)  # the compile step storing each step's modeled X5 time in the .bin
-        m = job.march_spec
-        if m.is_j6:  # no J6 timing model yet: say what the figures are
-            log.info("the static performance estimate below is the X5 timing model's (bayes-e): bpuemu does not "
-                     "model %s (%s) timing in conversion yet", m.platform, m.name)
         log.info("static performance estimate, %s:", est.strategy.describe())
-        log.info(est.line())
+        if job.march_spec.is_j6:  # the X5 model scaled per March.timing, as the board prints it, with its label
+            from bpuemu.common.x5_timing import march_estimate_line
+
+            log.info(march_estimate_line(model))
+        else:
+            log.info(est.line())
         if job.advice:
             from bpuemu.host.compiler.timing.estimate import advice_lines
 

@@ -31,6 +31,7 @@ import numpy as np
 from bpuemu.common.compare import DEFAULT_DIGITS, TensorComparison, compare_tensors, is_integer
 from bpuemu.common.container import read_bin
 from bpuemu.common.errors import InvalidInput
+from bpuemu.common.march import march as march_of
 from bpuemu.common.numerics import dequantize
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.security import TlsConfig
@@ -277,6 +278,7 @@ def _pairs(sides: Sequence[SideRun]) -> List[Tuple[SideRun, SideRun]]:
 class _Comparer:
     def __init__(self, model: model_pb2.Model, graph: Optional[QuantiGraph], options: VerifyOptions):
         self.model = model
+        self.suffix = march_of(model.march or None).flow.model_suffix   # .bin, or .hbm on J6
         self.graph = graph
         self.options = options
         self.scales = output_scales(model)
@@ -337,8 +339,8 @@ class _Comparer:
             node, op = self.graph.maker(name)
             if not node:  # a model input: the input preparation differs
                 node, op = ("model input (Preprocess)", "") if name in self.graph.inputs else (step_name, "")
-            return NodeDivergence(name, node, op, step_name, c, step_nodes)
-        return NodeDivergence(name, step_name, "", step_name, c, step_nodes)
+            return NodeDivergence(name, node, op, step_name, c, step_nodes, self.suffix)
+        return NodeDivergence(name, step_name, "", step_name, c, step_nodes, self.suffix)
 
     def _notes(self, a: SideRun, b: SideRun, host: Platform) -> List[str]:
         return platform_notes(a, b, host)

@@ -47,11 +47,12 @@ class NodeDivergence:
     step: str  # the .bin plan step that makes it
     comparison: TensorComparison
     step_nodes: List[str] = field(default_factory=list)  # the quanti.onnx nodes that step runs
+    model_suffix: str = ".bin"  # the deployed model's file kind (".hbm" on J6): the step is its plan's
 
     def describe(self) -> str:
         where = f"node '{self.node}' ({self.op_type})" if self.op_type else f"step '{self.node}'"
         if self.step and self.step != self.node:
-            where += f", in .bin step '{self.step}'"
+            where += f", in {self.model_suffix} step '{self.step}'"
         if self.step_nodes and self.step_nodes != [self.node]:
             shown = self.step_nodes[:6]
             more = f" and {len(self.step_nodes) - len(shown)} more" if len(self.step_nodes) > len(shown) else ""

@@ -102,6 +102,12 @@ def test_perf_on_a_nash_board_scales_the_x5_model_per_the_march_and_says_it_is_m
     header = next(line for line in res.stdout.splitlines() if line.startswith("nash-e model"))
     assert "modeled" in header and "assumed" in header and "no board measurements" in header
     assert "X5 model (" not in res.stdout
+    host = next(line for line in res.stdout.splitlines() if line.startswith("Host figures"))
+    assert "not the modeled nash-e's (J6E; the X5 model scaled, assumed)" in host and "X5's" not in host, host
+    res = run_cli(["perf", "--model_file", hbm, "--march", "nash-e", "--timing", "x5", "--frame_count", "2"], tmp_path)
+    assert_ok(res)
+    host = next(line for line in res.stdout.splitlines() if line.startswith("Host figures"))
+    assert "paced to the modeled nash-e (J6E; the X5 model scaled, assumed) by --timing x5" in host, host
     res = run_cli(["perf", "--model_file", hbm, "--board", nash_board.target, "--frame_count", "5", "--json"], tmp_path)
     assert_ok(res)
     modeled = json.loads(res.stdout)["x5"]
@@ -155,3 +161,21 @@ def test_an_unknown_march_and_march_with_a_remote_board_are_refused_in_one_line(
     assert "listening" not in line
     res = run_cli(["infer", "--model_file", hbm, "--march", "nash-e", "--board", "127.0.0.1:1"], tmp_path)
     assert res.returncode == 2 and "start it with hrt_boardd --march" in res.stderr and "Traceback" not in res.output
+
+
+def test_the_boards_environment_names_its_march(hbm, tmp_path):
+    """BPUEMU_BOARD_MARCH: how a board says its march without a flag (hrt_boardd, and the in-process
+    hrt_model_exec a board runs for a client over SSH); --march wins; without either the board is the X5."""
+    from boardd_harness import Daemon, clean_env
+
+    nash = clean_env(BPUEMU_BOARD_MARCH="nash-e")
+    daemon = Daemon(tmp_path / "d", env=nash).start()
+    try:
+        assert_ok(run_cli(["model_info", "--model_file", hbm, "--board", daemon.target], tmp_path))
+    finally:
+        assert daemon.stop() == 0, daemon.log()
+    assert_ok(run_cli(["model_info", "--model_file", hbm], tmp_path, env=nash))
+    res = run_cli(["model_info", "--model_file", hbm, "--march", "bayes-e"], tmp_path, env=nash)
+    assert res.returncode != 0 and "this board is bayes-e" in res.output, res.output
+    res = run_cli(["model_info", "--model_file", hbm], tmp_path)
+    assert res.returncode != 0 and "BPUEMU_BOARD_MARCH=nash-e" in res.output, res.output

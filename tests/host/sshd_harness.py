@@ -23,7 +23,7 @@ import socket
 import subprocess
 import sys
 import time
-from typing import List, Optional
+from typing import Dict, List, Optional
 
 _BOARD_TESTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, "board")
 if os.path.abspath(_BOARD_TESTS) not in [os.path.abspath(p) for p in sys.path]:
@@ -66,10 +66,12 @@ def keygen(path: str) -> str:
 class Sshd:
     """One sshd on a free loopback port, with its own host key and one authorized user key."""
 
-    def __init__(self, workdir, root_password: Optional[str] = None):
+    def __init__(self, workdir, root_password: Optional[str] = None, board_env: Optional[Dict[str, str]] = None):
         require(sshd_unavailable())  # a skip here, a failure under CI
         self.workdir = os.fspath(workdir)
         self.root_password = root_password
+        # The board's own environment (sshd's SetEnv), e.g. BPUEMU_BOARD_MARCH: what the board says it is.
+        self.board_env = dict(board_env or {})
         os.makedirs(self.workdir, exist_ok=True)
         self.host_key = os.path.join(self.workdir, "ssh_host_ed25519_key")
         self.user_key = os.path.join(self.workdir, "id_ed25519")
@@ -123,6 +125,8 @@ class Sshd:
             "Subsystem sftp internal-sftp",
             "LogLevel INFO",
         ]
+        if self.board_env:
+            lines.append("SetEnv " + " ".join(f"{k}={v}" for k, v in self.board_env.items()))
         with open(self.config, "w") as f:
             f.write("\n".join(lines) + "\n")
 

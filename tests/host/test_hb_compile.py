@@ -250,6 +250,24 @@ def test_removed_nodes_give_a_quantized_removed_model_bc(tmp_path):
     assert np.array_equal(rt.model().run({"data": x})[0], ref)
 
 
+@pytest.mark.parametrize("march, dtype", [("nash-e", "int32"), ("nash-b", "float32")])
+def test_removing_dequantize_behind_a_tail_conv_says_there_is_none(tmp_path, march, dtype):
+    """remove_node_type Dequantize on a model ending in Conv (ptq_faq_j6 case 1: the tail is int32 / float32,
+    unquantized): there is no Dequantize to remove; hb_compile.log says so in one line, and nothing is removed."""
+    cfg = tiny_project(tmp_path, march=march)
+    doc = yaml.safe_load(open(cfg))
+    doc["model_parameters"]["remove_node_type"] = "Dequantize"
+    yaml.safe_dump(doc, open(cfg, "w"))
+    run = hb_compile(tmp_path, "-c", "config.yaml")
+    assert run.returncode == 0, run.stderr
+    log = (tmp_path / "hb_compile.log").read_text()
+    lines = [ln for ln in log.splitlines() if "remove_node_type Dequantize" in ln]
+    assert len(lines) == 1 and f"the tail Conv conv2 outputs {dtype} unquantized on {march}" in lines[0], log
+    assert "nothing to remove" in lines[0]
+    assert not os.path.exists(tmp_path / "model_output" / "tiny_quantized_removed_model.bc")
+    assert not list(read_bin(tmp_path / "model_output" / "tiny.hbm").model().build_info.deleted_nodes)
+
+
 def test_fast_perf_converts_a_caffe_model_with_proto(tmp_path):
     from caffe_nets import CaffeNetBuilder
 

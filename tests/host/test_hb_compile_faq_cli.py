@@ -14,6 +14,9 @@ import onnx
 import pytest
 from onnx import TensorProto
 
+from bpuemu.common.container import read_bin
+from bpuemu.common.march import march
+from bpuemu.common.x5_timing import march_steps, plan_steps, schedule
 from bpuemu.host.config.j6 import load_compile_config
 
 from helpers.console import run
@@ -37,7 +40,17 @@ class Compiled:
         return float(re.search(r"output \S+: cosine similarity ([0-9.]+)", self.log).group(1))
 
     def latency_us(self) -> float:
-        return float(re.search(r"latency = ([0-9.]+) us", self.log).group(1))
+        """The estimate line's BPU latency: the march's modeled figure (the X5 model scaled per March.timing)."""
+        return float(self.estimate().group(1))
+
+    def latency_1thread_us(self) -> float:
+        """The same line's 1-thread latency: the BPU time and the frame's CPU work."""
+        return float(self.estimate().group(2))
+
+    def estimate(self) -> "re.Match":
+        return re.search(r"INFO FPS=[0-9.inf]+, latency = ([0-9.]+) us, DDR = \d+ bytes; "
+                         r"1-thread latency = ([0-9.]+) us \(BPU [0-9.]+ us \+ CPU [0-9.]+ us\) \[(.*)\]$",
+                         self.log, re.M)
 
 
 def _log_table(log: str) -> Dict[str, Dict[str, str]]:
@@ -179,8 +192,22 @@ def test_a_unitconv_moves_the_tail_onto_the_bpu_trading_cosine_for_time(tmp_path
     assert [unitconv.on(n) for n in ("reshape_a", "reshape_b", "concat", "concat_unitconv")] == ["BPU"] * 4
     assert default.dtype("conv_a") == "int32" and unitconv.dtype("conv_a") == "int8"
     assert unitconv.output_cosine() <= default.output_cosine()
-    # the modeled (X5 timing model) latency of the log: the CPU Reshapes and Concat and their dequantize go
+    # the march's modeled figures in the log's estimate line (BPU, and 1-thread with the CPU work): both lower
     assert unitconv.latency_us() < default.latency_us()
+    assert unitconv.latency_1thread_us() < default.latency_1thread_us()
+
+
+def test_the_logs_estimate_is_the_marchs_modeled_figure_with_its_label(tmp_path):
+    """hb_compile.log's estimate line on a J6 march: the X5 timing model stored in the .hbm, scaled per
+    March.timing as the board scales it (bpuemu.common.x5_timing.march_steps), with March.timing.label."""
+    c = hb_compile(tmp_path, conv_reshape_concat(32), march="nash-b")
+    model = read_bin(str(tmp_path / "m" / "model_output" / "m.hbm")).model()
+    t = march("nash-b").timing
+    assert c.estimate().group(3) == f"nash-b (J6B) {t.label}"
+    x5_us = plan_steps(model).bpu_us
+    assert c.latency_us() == pytest.approx(x5_us / t.bpu_speed_vs_x5, abs=0.06)
+    assert c.latency_1thread_us() == pytest.approx(schedule(march_steps(model), 1, 1).latency_1thread_ms * 1e3, abs=0.06)
+    assert f"latency = {x5_us:.1f} us" not in c.log          # the X5's own figure is not the one printed
 
 
 # --- quant_config qtype is set but does not take effect ---------------------------------------------

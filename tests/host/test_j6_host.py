@@ -1,6 +1,8 @@
 """The J6 flow's host half: HBRuntime (.onnx, .bc, .hbm), hbm_infer on a nash board, hb_verifier .bc vs .hbm vs
 board, hb_model_info and hb_perf on an .hbm. Real daemons on loopback (hrt_boardd --march nash-e), real files."""
+import html
 import json
+import re
 import subprocess
 import sys
 
@@ -8,7 +10,7 @@ import numpy as np
 import onnx
 import pytest
 from onnx import numpy_helper
-from sshd_harness import Daemon, clean_env
+from sshd_harness import REMOTE_COMMAND, Daemon, Sshd, clean_env
 
 from bpuemu.common.container import read_bc, read_bin, write_bc
 from bpuemu.common.errors import BoardUnavailable, InvalidInput
@@ -145,6 +147,7 @@ def test_hb_verifier_names_the_first_diverging_node_of_a_bc_that_differs(fm, nas
     assert run.returncode == 1, out
     first = [line for line in out.splitlines() if "first divergence" in line]
     assert first and "made by node 'conv2' (Conv)" in first[0], out
+    assert ", in .hbm step 'BPU_tiny_subgraph_0'" in first[0] and ".bin" not in first[0], out
 
 
 def test_hb_model_info_and_hb_perf_read_the_hbm(fm, tmp_path):
@@ -158,3 +161,38 @@ def test_hb_model_info_and_hb_perf_read_the_hbm(fm, tmp_path):
     j6 = [line for line in perf.stderr.splitlines() if "on nash-e (J6E)" in line]
     assert j6 and "modeled" in j6[0] and "assumed" in j6[0], perf.stderr
     assert "stores the X5 timing of another parameter set" not in perf.stderr
+    page = (tmp_path / "hb_perf_result" / "tiny" / "tiny.html").read_text()   # the report: the march's figures
+    from bpuemu.common import x5_timing
+    from bpuemu.common.march import march
+
+    on_march = x5_timing.march_steps(read_bin(fm.bin).model())
+    shown = float(re.search(r"<td>Model Latency\(ms\)</td><td class=\"num\">([0-9.e-]+)</td>", page).group(1))
+    assert shown == pytest.approx(on_march.bpu_us / 1e3, abs=1e-6)
+    assert "<h2>Plan Steps on nash-e (J6E)</h2>" in page and html.escape(march("nash-e").timing.label) in page
+
+
+def _ssh_args(server):
+    return ["-u", server.user, "--identity", server.user_key, "--known-hosts", server.known_hosts,
+            "--remote-command", REMOTE_COMMAND, "--remote-tmp", server.remote_tmp]
+
+
+def test_hb_verifier_over_ssh_runs_the_hbm_on_the_boards_own_march(fm, tmp_path):
+    """Over SSH the board's own hrt_model_exec runs the .hbm: a nash-e board says so in its environment
+    (BPUEMU_BOARD_MARCH, here sshd's SetEnv) and the J6 pair PASSes; a board that says nothing is the X5, and
+    the .hbm is refused with one line naming both marches and the setting."""
+    nash = Sshd(tmp_path / "nash", board_env={"BPUEMU_BOARD_MARCH": "nash-e"}).start()
+    try:
+        run = _hb_verifier("-m", f"{fm.bc},{fm.bin}", "-s", "True", "-b", f"ssh://{nash.address}", *_ssh_args(nash))
+    finally:
+        nash.stop()
+    out = run.stdout + run.stderr
+    assert run.returncode == 0 and "all 3 comparison(s) PASSED" in out, out
+    assert f"board {nash.target} over SSH (" in out
+    x5 = Sshd(tmp_path / "x5").start()
+    try:
+        run = _hb_verifier("-m", f"{fm.bc},{fm.bin}", "-b", f"ssh://{x5.address}", *_ssh_args(x5))
+    finally:
+        x5.stop()
+    out = run.stdout + run.stderr
+    assert run.returncode != 0 and "Traceback" not in out, out
+    assert "compiled for march nash-e; this board is bayes-e" in out and "BPUEMU_BOARD_MARCH=nash-e" in out, out

@@ -48,7 +48,7 @@ def analyze(binfile: BinFile, result_dir: str = RESULT_DIR, model_name: Optional
         est = estimate_model(m, binfile.blobs, bpu)
         final = os.path.join(result_dir, m.name)
         with staged_dir(final, "hb_perf") as work:
-            files = write_report(est, structure(m), work, is_debug_build(m))
+            files = write_report(est, structure(m), work, is_debug_build(m), m.march)
         out.append(_moved(files, work, os.path.abspath(final)))
     return out
 

@@ -16,6 +16,9 @@ import os
 from dataclasses import dataclass
 from typing import List
 
+from bpuemu.common import x5_timing
+from bpuemu.common.march import March
+from bpuemu.common.march import march as march_of
 from bpuemu.host.compiler.timing.estimate import MB, ModelEstimate, SubgraphEstimate
 from bpuemu.host.tools.static_perf.structure import BPU_COLOUR, CPU_COLOUR, Structure, dot, draw_png
 
@@ -95,31 +98,61 @@ def _parameters(est: ModelEstimate) -> List[str]:
             + _table(["parameter", "value", "unit", "provenance", "meaning"], rows, numeric=False))
 
 
-def _plan_steps(est: ModelEstimate) -> List[str]:
-    one = est.modeled(1)
-    rows = [[name, "BPU" if on_bpu else "CPU", round(us, 3)] for name, on_bpu, us in est.plan]
-    rows.append(["task overhead (per frame)", "CPU", round(est.task_overhead_us, 3)])
-    return (["<h2>Plan Steps on the X5</h2>",
+@dataclass(frozen=True)
+class _Board:
+    """The board the report's figures model: the X5, or a J6 march (the X5 model scaled per March.timing)."""
+
+    march: March
+    steps: x5_timing.ModelSteps
+
+    @classmethod
+    def of(cls, est: ModelEstimate, march_name: str) -> "_Board":
+        return cls(march_of(march_name or None), x5_timing.steps_on_march(est.model_steps(), march_name))
+
+    @property
+    def title(self) -> str:
+        return f"{self.march.name} ({self.march.platform})" if self.march.is_j6 else "the X5"
+
+    def bpu_us(self, x5_us: float) -> float:
+        return x5_timing.step_us_on_march(x5_us, True, self.march.name)
+
+    def note(self) -> List[str]:
+        if not self.march.is_j6:
+            return []
+        return [f"<p class=\"note\">Figures on {_e(self.title)}: {_e(self.march.timing.label)}. The X5 timing "
+                f"model below is what they are scaled from.</p>"]
+
+
+def _plan_steps(est: ModelEstimate, board: "_Board") -> List[str]:
+    one = x5_timing.schedule(board.steps, 1, 1)
+    rows = [[s.name, "BPU" if s.on_bpu else "CPU", round(s.us, 3)] for s in board.steps.steps]
+    rows.append(["task overhead (per frame)", "CPU", round(board.steps.task_overhead_us, 3)])
+    return ([f"<h2>Plan Steps on {_e(board.title)}</h2>", *board.note(),
              f"<p class=\"note\">One frame with one thread: {one.latency_1thread_ms:.6f} ms (BPU {one.bpu_ms:.6f} ms, "
              f"CPU {one.cpu_ms:.6f} ms); with several threads the BPU steps serialize and the CPU steps overlap "
              f"(hrt_model_exec perf --thread_num N shows the modeled figures).</p>"]
             + _table(["step", "on", "modeled time (us)"], rows))
 
 
-def model_page(est: ModelEstimate, png_name: str, debug: bool) -> str:
-    fps = f"{est.fps:.2f}" if est.fps is not None else "n/a"
+def model_page(est: ModelEstimate, png_name: str, debug: bool, march_name: str = "") -> str:
+    """The model's page; on a J6 march (``march_name``) its timing figures are the march's, labelled."""
+    board = _Board.of(est, march_name)
+    bpu_us = board.steps.bpu_us
+    fps = f"{1e6 / bpu_us:.2f}" if bpu_us > 0 else "n/a"
     summary = [
         ["Model Name", est.model_name],
-        ["Model Latency(ms)", round(est.latency_ms, 6)],
+        ["Model Latency(ms)", round(bpu_us / 1e3, 6)],
         ["Model FPS (BPU busy all the time)", _Raw(_e(fps))],
-        ["Task Latency, 1 thread (ms)", round(est.modeled(1).latency_1thread_ms, 6)],
+        ["Task Latency, 1 thread (ms)", round(x5_timing.schedule(board.steps, 1, 1).latency_1thread_ms, 6)],
         ["Total DDR (loaded+stored) bytes per frame(MB per frame)", round(est.ddr_bytes / MB, 6)],
         ["Loaded Bytes per Frame", est.loaded_bytes],
         ["Stored Bytes per Frame", est.stored_bytes],
     ]
+    if board.march.is_j6:
+        summary.append(["Modeled board", f"{board.title}: {board.march.timing.label}"])
     details = [[_Raw(f"<a href=\"{_e(s.file_stem)}.html\">{_e(s.name)}</a>"), s.ops, round(s.ddr_bytes / MB, 6),
-                round(s.latency_us / 1e3, 6)] for s in est.subgraphs]
-    body = [f"<h1>hb_perf: {_e(est.model_name)}</h1>", "<h2>Model Performance Summary</h2>"]
+                round(board.bpu_us(s.latency_us) / 1e3, 6)] for s in est.subgraphs]
+    body = [f"<h1>hb_perf: {_e(est.model_name)}</h1>", "<h2>Model Performance Summary</h2>", *board.note()]
     body += _table(["Item", "Value"], summary)
     body += ["<h2>Details</h2>"]
     if details:
@@ -134,7 +167,7 @@ def model_page(est: ModelEstimate, png_name: str, debug: bool) -> str:
              f"<p class=\"legend\"><span style=\"background:{BPU_COLOUR}\"></span>BPU"
              f"<span style=\"background:{CPU_COLOUR}\"></span>CPU</p>",
              f"<img src=\"{_e(png_name)}\" alt=\"BIN model structure of {_e(est.model_name)}\">"]
-    body += _plan_steps(est)
+    body += _plan_steps(est, board)
     body += _parameters(est)
     return _page(f"{est.model_name} performance", body)
 
@@ -181,8 +214,8 @@ def subgraph_page(est: ModelEstimate, sub: SubgraphEstimate, debug: bool) -> str
     return _page(sub.name, body)
 
 
-def write_report(est: ModelEstimate, struct: Structure, out_dir: str, debug: bool) -> ReportFiles:
-    """Write every file of ``hb_perf_result/<model>/`` into ``out_dir``."""
+def write_report(est: ModelEstimate, struct: Structure, out_dir: str, debug: bool, march_name: str = "") -> ReportFiles:
+    """Write every file of ``hb_perf_result/<model>/`` into ``out_dir`` (the model page's timing on ``march_name``)."""
     os.makedirs(out_dir, exist_ok=True)
     name = est.model_name
     png = os.path.join(out_dir, f"{name}.png")
@@ -203,5 +236,5 @@ def write_report(est: ModelEstimate, struct: Structure, out_dir: str, debug: boo
         sub_json.append(j)
     main = os.path.join(out_dir, f"{name}.html")
     with open(main, "w") as f:
-        f.write(model_page(est, f"{name}.png", debug))
+        f.write(model_page(est, f"{name}.png", debug, march_name))
     return ReportFiles(out_dir, main, png, dot_path, sub_html, sub_json, est)
