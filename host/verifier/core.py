@@ -34,7 +34,8 @@ from bpuemu.common.errors import InvalidInput
 from bpuemu.common.numerics import dequantize
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.security import TlsConfig
-from bpuemu.board.backends import Backend, LocalBackend, Platform, local_platform, open_backend
+from bpuemu.board.backends import Backend, LocalBackend, Platform, local_platform
+from bpuemu.board.connect import open_backend
 from bpuemu.board.runtime import FOLLOW_MODEL
 from bpuemu.host.clients.ssh_options import SshOptions
 from bpuemu.host.verifier.inputs import load_inputs, random_inputs
