@@ -6,7 +6,7 @@ board daemon over gRPC. hrt_model_exec and hb_verifier talk only to this
 interface, so the same command line works either way and outputs compare bit
 for bit.
 
-    with open_backend(["m.bin"], board="127.0.0.1:9473") as be:
+    with connect.open_backend(["m.bin"], board="127.0.0.1:9473") as be:
         h = be.model("")                # the only model, or by name
         result = h.infer([x])
 
@@ -23,7 +23,7 @@ give together (infer: whether their outputs agree bit for bit; perf: the
 aggregate). ``infer`` writes the dumps and ``perf`` the profiler files asked
 for, one directory per board when there are several.
 
-    with open_backend(["m.bin"], board="a:9473,b:9473") as be:
+    with connect.open_backend(["m.bin"], board="a:9473,b:9473") as be:
         run = be.perf("", PerfConfig(frame_count=200), profile_path="prof")
         run.summary.fps                 # summed over the boards
         run.raise_if_failed()           # one error naming every board that failed
@@ -498,24 +498,3 @@ def load_transport(name: str):
         return found[0].load()
     except ImportError as exc:
         raise InvalidInput(f"the {name} transport cannot be loaded: {exc}", hint=hint) from None
-
-
-def open_backend(model_files: Sequence[str], board: Union[None, str, Sequence[str]] = None, token: Optional[str] = None,
-                 ssh: Optional[TransportRequest] = None, tls=None, client_name: str = "hrt_model_exec") -> Backend:
-    """The models opened where they run: this process (no board), one board, or every board of a list (a farm).
-
-    ``board``: one HOST:PORT, or a list of them (several: a bpuemu.board.farm.FarmClient).
-    """
-    files = [f for f in model_files if f]
-    if not files:
-        raise InvalidInput("no model file given", subject="model_file")
-    boards = [board] if isinstance(board, str) else list(board or [])
-    if ssh is not None:
-        if boards:
-            raise InvalidInput("give either --board (gRPC) or --ssh, not both")
-        return load_transport(ssh.transport).open(ssh, files)
-    if len(boards) > 1:
-        from bpuemu.board.farm import BoardAccess, FarmClient  # the farm builds on this module
-
-        return FarmClient(boards, files, BoardAccess(token=token, tls=tls, client_name=client_name))
-    return RemoteBackend(boards[0], files, token, tls, client_name=client_name) if boards else LocalBackend(files)

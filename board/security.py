@@ -26,16 +26,15 @@ Warnings (logged, the work goes on): the board's token file or private key
 readable by users other than its owner (``warn_if_others_can_read``), and a client that
 sends its token without TLS to a board beyond loopback (``warn_if_token_in_clear``).
 """
-import ipaddress
 import logging
 import os
-import socket
 import ssl
 import stat
 from dataclasses import dataclass
 from typing import List, Optional, Tuple
 
 from bpuemu.common.errors import InvalidInput, read_text_file
+from bpuemu.common.wire import is_loopback_host
 
 log = logging.getLogger("bpuemu.board.security")
 _warned = set()  # the files already warned about in this process
@@ -76,23 +75,11 @@ def warn_if_others_can_read(path: str, what: str) -> None:
                     what, path, stat.S_IMODE(mode), path)
 
 
-def _is_loopback_host(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
-    except ValueError:
-        try:
-            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
-        except OSError:
-            return False
-
-
 def warn_if_token_in_clear(hosts: List[str], token: Optional[str], tls: Optional["TlsConfig"]) -> None:
     """Log a warning when a client sends ``token`` without TLS to a board beyond loopback."""
     if not token or tls is not None:
         return
-    remote = [h for h in hosts if not _is_loopback_host(h)]
+    remote = [h for h in hosts if not is_loopback_host(h)]
     if remote:
         log.warning("sending the board token in clear (no TLS) to %s: anyone on the network path can read it; "
                     "use --tls-ca (the board's hrt_boardd --tls-cert/--tls-key)", ", ".join(remote[:4]))

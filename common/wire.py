@@ -63,6 +63,21 @@ def is_loopback_address(address: str) -> bool:
         return False
 
 
+def is_loopback_host(host: str) -> bool:
+    """Whether a host to listen on or connect to reaches this machine only: "localhost", a loopback
+    address, or a name every address of which is a loopback one (False when it does not resolve)."""
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.partition("%")[0]).is_loopback
+    except ValueError:
+        pass  # a name: resolve it
+    try:
+        return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
+    except OSError:
+        return False
+
+
 # --- the infer data channel ----------------------------------------------
 #
 # gRPC's per-call cost from Python (~0.5 ms on loopback) dominates a frame's

@@ -5,6 +5,7 @@ mapping, so the static check runs on a copy of the tree laid out as the
 installed package ``bpuemu/{common,board,host}``.
 """
 import ast
+import json
 import pathlib
 import re
 import shutil
@@ -15,20 +16,54 @@ import textwrap
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 
 
-def lint_imports(tmp_path, edit=None):
-    """import-linter's report on a copy of the tree laid out as the installed package;
-    ``edit(package_dir)`` may change the copy first."""
+def package_copy(tmp_path, edit=None):
+    """A copy of the tree laid out as the installed package, in ``tmp_path``;
+    ``edit(package_dir)`` may change the copy."""
     pkg = tmp_path / "bpuemu"
     pkg.mkdir()
     (pkg / "__init__.py").write_text("")
     for part in ("common", "board", "host"):
         shutil.copytree(ROOT / part, pkg / part, ignore=shutil.ignore_patterns("__pycache__"))
-    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
     if edit is not None:
         edit(pkg)
-    return subprocess.run([sys.executable, "-c", "from importlinter.cli import lint_imports_command; lint_imports_command()"],
-                          cwd=tmp_path, env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"},
-                          capture_output=True, text=True)
+
+
+def run_on_copy(tmp_path, code):
+    """``python -c code`` in ``tmp_path``, with the copied package first on its path."""
+    return subprocess.run([sys.executable, "-c", code], cwd=tmp_path,
+                          env={"PYTHONPATH": str(tmp_path), "PATH": "/usr/bin:/bin"}, capture_output=True, text=True)
+
+
+def lint_imports(tmp_path, edit=None):
+    """import-linter's report on a copy of the tree laid out as the installed package;
+    ``edit(package_dir)`` may change the copy first."""
+    package_copy(tmp_path, edit)
+    shutil.copy(ROOT / ".importlinter", tmp_path / ".importlinter")
+    return run_on_copy(tmp_path, "from importlinter.cli import lint_imports_command; lint_imports_command()")
+
+
+#: Every import cycle among bpuemu's modules, one JSON list of modules a line: for each import a -> b, the
+#: shortest chain of imports from b back to a. grimp's graph holds the imports inside functions too.
+_CYCLES = """
+import grimp, json
+g = grimp.build_graph("bpuemu")
+seen = set()
+for a in sorted(g.modules):
+    for b in sorted(g.find_modules_directly_imported_by(a)):
+        back = g.find_shortest_chain(importer=b, imported=a)
+        if back and frozenset(back) not in seen:
+            seen.add(frozenset(back))
+            print(json.dumps([a, *back]))
+"""
+
+
+def import_cycles(tmp_path, edit=None):
+    """The import cycles of a copy of the tree (``edit`` as for ``package_copy``), each a list of modules
+    from one module back to itself."""
+    package_copy(tmp_path, edit)
+    proc = run_on_copy(tmp_path, _CYCLES)
+    assert proc.returncode == 0, proc.stderr
+    return [json.loads(line) for line in proc.stdout.splitlines()]
 
 
 def test_import_contracts(tmp_path):
@@ -50,6 +85,22 @@ def test_host_layers_catch_an_upward_import(tmp_path):
     assert proc.returncode != 0
     assert "The host reads top-down: no host package imports one above it BROKEN" in proc.stdout
     assert "bpuemu.host.compiler.partition -> bpuemu.host.quant.graph" in proc.stdout
+
+
+def test_no_import_cycles(tmp_path):
+    """Modules import each other one way: no cycle, not even through an import inside a function
+    (a function-level import that only dodges a cycle hides the cycle; the lower module gets the idea)."""
+    assert import_cycles(tmp_path) == []
+
+
+def test_import_cycles_seen_inside_functions(tmp_path):
+    """The cycle check sees an import inside a function: the config's model reaching up into its loader."""
+    def upward(pkg):
+        path = pkg / "host" / "config" / "model.py"
+        path.write_text(path.read_text() + "\n\ndef _complete():\n    from bpuemu.host.config.loader import complete_config  # noqa\n")
+
+    cycles = import_cycles(tmp_path, upward)
+    assert any({"bpuemu.host.config.model", "bpuemu.host.config.loader"} <= set(c) for c in cycles), cycles
 
 
 def test_host_layers_name_every_host_package(tmp_path):

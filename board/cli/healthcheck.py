@@ -3,7 +3,7 @@
     python -m bpuemu.board.daemon.healthcheck [--target 127.0.0.1:9473] [--service NAME] [--timeout 3] [-q]
 
 Exit 0 when the board is SERVING, 1 otherwise (one ERROR line); the probe
-itself is bpuemu.board.daemon.healthcheck.check.
+itself is bpuemu.board.health.check.
 """
 import click
 
@@ -11,7 +11,7 @@ from bpuemu.common.errors import BoardUnavailable
 from bpuemu.common.wire import DEFAULT_PORT
 from bpuemu.board.cli.edge import run
 from bpuemu.board.cli.options import CONNECTION_HINTS, tls_options, version_option
-from bpuemu.board.daemon.healthcheck import check
+from bpuemu.board.health import check
 
 
 @click.command(context_settings={"help_option_names": ["-h", "--help"]})

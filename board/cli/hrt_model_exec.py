@@ -103,7 +103,7 @@ def input_option(f):
 
 def _open(model_file, board, token, ssh, tls, as_json):
     """The backend the flags name: in-process, one board, SSH, or every board of a list (a farm)."""
-    from bpuemu.board.backends import open_backend
+    from bpuemu.board.connect import open_backend
     from bpuemu.board.farm import parse_boards
 
     boards = parse_boards(board)  # --ssh with --board is refused by the ssh option group already

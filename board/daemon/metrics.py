@@ -52,7 +52,8 @@ from prometheus_client.exposition import choose_encoder
 
 from bpuemu.common.errors import InvalidInput, PermissionDenied
 from bpuemu.common.version import API_VERSION, __version__
-from bpuemu.common.wire import join_target, split_target
+from bpuemu.common.wire import is_loopback_host, join_target, split_target
+from bpuemu.board.daemon.interceptor import AuthFailures
 from bpuemu.board.daemon.state import BoardState
 
 log = logging.getLogger("bpuemu.board.daemon")
@@ -206,19 +207,16 @@ class MetricsServer(socketserver.ThreadingMixIn, HTTPServer):
     def __init__(self, listen: str, metrics: Metrics, token: Optional[str] = None,
                  ssl_context: Optional[ssl.SSLContext] = None, deadline_s: float = SCRAPE_DEADLINE_S,
                  failures=None):
-        from bpuemu.board.daemon.interceptor import AuthFailures
-        from bpuemu.board.daemon.server import is_loopback
-
         try:
             host, port = split_target(listen, default_port=0)
         except ValueError as exc:
             raise InvalidInput(f"--metrics-listen {listen}: {exc}") from None
-        if not is_loopback(host) and not token:
+        if not is_loopback_host(host) and not token:
             raise PermissionDenied(
                 f"refusing to serve metrics on {host}, beyond loopback, without authentication",
                 hint="give --token-file FILE (scrapers send it as 'Authorization: Bearer'), or use "
                      "--metrics-listen 127.0.0.1:PORT")
-        if not is_loopback(host) and ssl_context is None:
+        if not is_loopback_host(host) and ssl_context is None:
             log.warning("serving metrics on %s beyond loopback without TLS: the token crosses the network in clear; "
                         "give --tls-cert/--tls-key", host)
         self.address_family = socket.AF_INET6 if ":" in host else socket.AF_INET

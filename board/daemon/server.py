@@ -26,7 +26,6 @@ Security: listening beyond loopback requires a token (``token``); TLS
 recommended there too, and its absence is logged as a warning. With TLS the
 infer data channel is TLS as well (see bpuemu.board.daemon.datachannel).
 """
-import ipaddress
 import logging
 import socket
 from concurrent import futures
@@ -38,7 +37,7 @@ from grpc_reflection.v1alpha import reflection
 
 from bpuemu.common.errors import InvalidInput, PermissionDenied
 from bpuemu.common.proto import board_pb2, board_pb2_grpc
-from bpuemu.common.wire import CHANNEL_OPTIONS, join_target, split_target
+from bpuemu.common.wire import CHANNEL_OPTIONS, is_loopback_host, join_target, split_target
 from bpuemu.board.daemon.datachannel import DataChannelServer
 from bpuemu.board.daemon.interceptor import AuthFailures, ErrorInterceptor, MetricsInterceptor, TokenInterceptor
 from bpuemu.board.daemon.service import BoardService
@@ -57,18 +56,6 @@ def connection_options(limits: Limits, connection_idle_s: float, connection_age_
         ("grpc.max_connection_age_ms", int(connection_age_s * 1000)),
         ("grpc.max_connection_age_grace_ms", int(longest_call_s * 1000)),
     ]
-
-
-def is_loopback(host: str) -> bool:
-    if host == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:
-        try:
-            return all(ipaddress.ip_address(a[4][0]).is_loopback for a in socket.getaddrinfo(host, None))
-        except OSError:
-            return False
 
 
 class BoardServer:
@@ -95,12 +82,12 @@ class BoardServer:
         except OSError:
             raise InvalidInput(f"--listen {listen}: cannot resolve host '{host}'",
                                hint="use HOST:PORT, e.g. 127.0.0.1:9473") from None
-        if not is_loopback(host) and not token:
+        if not is_loopback_host(host) and not token:
             raise PermissionDenied(
                 f"refusing to listen on {host}, beyond loopback, without authentication",
                 hint="give --token-file FILE (clients pass the same file), or listen on 127.0.0.1",
             )
-        if not is_loopback(host) and tls is None:
+        if not is_loopback_host(host) and tls is None:
             log.warning("listening on %s beyond loopback without TLS: the token and all data cross the network "
                         "in clear; give --tls-cert/--tls-key (and --tls-ca for client certificates)", host)
         credentials = tls.grpc_credentials() if tls is not None else None  # checks the files first

@@ -65,66 +65,108 @@ class _Names:
         return new
 
 
+class _Unmergeable(Exception):
+    """The pieces cannot be merged by renaming alone."""
+
+
 def merge_pieces(blobs: Sequence[bytes], outputs: Sequence[str]) -> Optional[bytes]:
     """One ONNX model computing what the pieces ``blobs`` (in plan order, each reading the chain's inputs or
     earlier pieces' outputs) compute, whose outputs are ``outputs`` (tensors the pieces output); None when
     the pieces cannot be merged by renaming alone."""
-    msg = _messages()
-    models = [msg["Model"].FromString(b) for b in blobs]
+    models = [_messages()["Model"].FromString(b) for b in blobs]
+    try:
+        _check_mergeable(models)
+        merged = _Merged(models)
+        for index, m in enumerate(models):
+            merged.add_piece(index, m.graph)
+        return merged.finish(outputs)
+    except _Unmergeable:
+        return None
+
+
+def _check_mergeable(models) -> None:
+    """No piece has local functions, sparse initializers or subgraph attributes, and all use one version per
+    opset domain."""
     opsets: Dict[str, int] = {}
     for m in models:
         if m.functions or m.graph.sparse_initializer or any(
                 a.HasField("g") or a.graphs for n in m.graph.node for a in n.attribute):
-            return None
+            raise _Unmergeable
         for o in m.opset_import:
             if opsets.setdefault(o.domain, o.version) != o.version:
-                return None
-    merged = msg["Model"]()
-    merged.CopyFrom(models[0])
-    merged.ir_version = max(m.ir_version for m in models)
-    g = merged.graph
-    for field in ("node", "initializer", "input", "output", "value_info"):
-        g.ClearField(field)
+                raise _Unmergeable
 
-    names = _Names()
-    linkable: Set[str] = set()           # the chain's inputs and the pieces' outputs: what a later piece may read
-    constants: Dict[str, bytes] = {}     # initializer name -> its bytes (a repeated identical one is shared)
-    declared: Dict[str, object] = {}     # tensor -> its ValueInfo (graph outputs)
-    node_names: Set[str] = set()
-    described: Set[str] = set()          # tensors with a value_info already
-    for index, m in enumerate(models):
-        mg = m.graph
-        inits = {t.name for t in mg.initializer}
+
+class _Merged:
+    """The merged model, piece by piece: the first piece's model header (opsets, metadata) with an empty
+    graph, each piece's graph added (``add_piece``), then the graph outputs (``finish``)."""
+
+    def __init__(self, models):
+        self.model = _messages()["Model"]()
+        self.model.CopyFrom(models[0])
+        self.model.ir_version = max(m.ir_version for m in models)
+        self.graph = self.model.graph
+        for field in ("node", "initializer", "input", "output", "value_info"):
+            self.graph.ClearField(field)
+        self.names = _Names()
+        self.linkable: Set[str] = set()          # the chain's inputs and the pieces' outputs: what a later piece may read
+        self.constants: Dict[str, bytes] = {}    # initializer name -> its bytes (a repeated identical one is shared)
+        self.declared: Dict[str, object] = {}    # tensor -> its ValueInfo (graph outputs)
+        self.node_names: Set[str] = set()
+        self.described: Set[str] = set()         # tensors with a value_info already
+
+    def add_piece(self, index: int, mg) -> None:
+        """Piece ``index``'s graph ``mg``: its inputs linked, its internal tensors that repeat a name renamed."""
+        self._link_inputs(mg)
         rename: Dict[str, str] = {}
+        kept_inits = self._new_initializers(mg, index, rename)
+        self._rename_repeated_outputs(mg, index, rename)
+        self._copy(mg, index, rename, kept_inits)
+
+    def _link_inputs(self, mg) -> None:
+        """The piece's inputs: the chain's inputs (new graph inputs) or earlier pieces' outputs."""
+        inits = {t.name for t in mg.initializer}
         for vi in mg.input:
             if vi.name in inits:
                 continue
-            if vi.name in names.used and vi.name not in linkable:
-                return None              # an earlier piece's internal tensor of the same name
-            if vi.name not in names.used:
-                g.input.add().CopyFrom(vi)
-                names.used.add(vi.name)
-                linkable.add(vi.name)
-        kept_inits = []
+            if vi.name in self.names.used and vi.name not in self.linkable:
+                raise _Unmergeable       # an earlier piece's internal tensor of the same name
+            if vi.name not in self.names.used:
+                self.graph.input.add().CopyFrom(vi)
+                self.names.used.add(vi.name)
+                self.linkable.add(vi.name)
+
+    def _new_initializers(self, mg, index: int, rename: Dict[str, str]) -> List:
+        """The piece's initializers not already in the graph byte for byte; one whose name is taken is renamed."""
+        kept = []
         for t in mg.initializer:
             data = t.SerializeToString()
-            if t.name in constants and constants[t.name] == data:
+            if t.name in self.constants and self.constants[t.name] == data:
                 continue
-            if t.name in names.used:
-                rename[t.name] = names.fresh(t.name, index)
+            if t.name in self.names.used:
+                rename[t.name] = self.names.fresh(t.name, index)
             else:
-                names.used.add(t.name)
-                constants[t.name] = data
-            kept_inits.append(t)
+                self.names.used.add(t.name)
+                self.constants[t.name] = data
+            kept.append(t)
+        return kept
+
+    def _rename_repeated_outputs(self, mg, index: int, rename: Dict[str, str]) -> None:
+        """The piece's internal tensors whose name is taken get fresh names; a piece output's cannot."""
         piece_outputs = {o.name for o in mg.output}
         for n in mg.node:
             for o in n.output:
-                if o and o in names.used:
+                if o and o in self.names.used:
                     if o in piece_outputs:
-                        return None      # two pieces write the same plan tensor
-                    rename[o] = names.fresh(o, index)
+                        raise _Unmergeable   # two pieces write the same plan tensor
+                    rename[o] = self.names.fresh(o, index)
                 elif o:
-                    names.used.add(o)
+                    self.names.used.add(o)
+
+    def _copy(self, mg, index: int, rename: Dict[str, str], kept_inits) -> None:
+        """The piece's initializers, nodes (a repeated node name made fresh) and value_infos into the graph,
+        renamed; its outputs become linkable."""
+        g = self.graph
         for t in kept_inits:
             t.name = rename.get(t.name, t.name)
             g.initializer.add().CopyFrom(t)
@@ -132,23 +174,26 @@ def merge_pieces(blobs: Sequence[bytes], outputs: Sequence[str]) -> Optional[byt
             n.input[:] = [rename.get(i, i) for i in n.input]
             n.output[:] = [rename.get(o, o) for o in n.output]
             if n.name:
-                if n.name in node_names:
-                    n.name = names.fresh(n.name, index)
-                node_names.add(n.name)
+                if n.name in self.node_names:
+                    n.name = self.names.fresh(n.name, index)
+                self.node_names.add(n.name)
             g.node.add().CopyFrom(n)
         for vi in mg.value_info:
             vi.name = rename.get(vi.name, vi.name)
-            if vi.name not in described:
-                described.add(vi.name)
+            if vi.name not in self.described:
+                self.described.add(vi.name)
                 g.value_info.add().CopyFrom(vi)
         for vi in mg.output:
-            linkable.add(vi.name)
-            declared[vi.name] = vi
-    if any(o not in declared for o in outputs):
-        return None
-    for o in outputs:
-        g.output.add().CopyFrom(declared[o])
-    return merged.SerializeToString()
+            self.linkable.add(vi.name)
+            self.declared[vi.name] = vi
+
+    def finish(self, outputs: Sequence[str]) -> bytes:
+        """The merged model's bytes, its graph outputs ``outputs`` (each some piece's output)."""
+        if any(o not in self.declared for o in outputs):
+            raise _Unmergeable
+        for o in outputs:
+            self.graph.output.add().CopyFrom(self.declared[o])
+        return self.model.SerializeToString()
 
 
 def chains(steps: Sequence, is_piece) -> List[List]:

@@ -518,7 +518,13 @@ def check_input_shape(inp: InputConfig, cfg: MapperConfig) -> None:
 
 
 def complete_config(cfg: MapperConfig, model_inputs: Sequence[Tuple[str, Optional[Sequence[Optional[int]]]]]) -> MapperConfig:
-    """MapperConfig.complete: names and shapes the yaml left to the model, then the shape rules."""
+    """This config with names and shapes taken from the model where the yaml left them out.
+
+    ``model_inputs`` lists the float model's inputs in order as (name, shape),
+    a dimension being None or <= 0 where it is dynamic. The checks that need a
+    shape (odd nv12 sizes, mean/scale counts, input_batch, ...) run again.
+    Raises ConfigError when the config does not fit the model.
+    """
     model_inputs = [(str(n), None if s is None else tuple(s)) for n, s in model_inputs]
     model_names = [n for n, _ in model_inputs]
     shapes = dict(model_inputs)

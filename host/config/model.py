@@ -4,7 +4,7 @@
 ';', typed and checked; paths are absolute (resolved against the yaml file's
 directory); per-input values live in one ``InputConfig`` per input, in
 input_name order. What the yaml may leave to the model (the input name and
-shape of a single-input model) is ``None`` until ``MapperConfig.complete`` is
+shape of a single-input model) is ``None`` until ``loader.complete_config`` is
 given the model's inputs.
 """
 import os
@@ -220,15 +220,3 @@ class MapperConfig:
             if i.name == name:
                 return i
         raise KeyError(name)
-
-    def complete(self, model_inputs: Sequence[Tuple[str, Sequence[Optional[int]]]]) -> "MapperConfig":
-        """This config with names and shapes taken from the model where the yaml left them out.
-
-        ``model_inputs`` lists the float model's inputs in order as (name, shape),
-        a dimension being None or <= 0 where it is dynamic. The checks that need a
-        shape (odd nv12 sizes, mean/scale counts, input_batch, ...) run again.
-        Raises ConfigError when the config does not fit the model.
-        """
-        from bpuemu.host.config.loader import complete_config  # loader imports this module
-
-        return complete_config(self, model_inputs)

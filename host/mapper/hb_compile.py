@@ -3,7 +3,7 @@
     compile_from_config(path)  ->  load_compile_config  ->  compile_config(ccfg):
         read_float_model(cfg)               the ONNX float model, read once
         check_onnx_version(model, march)    10 <= opset <= 19, ir_version <= 9 (ptq_faq_j6)
-        cfg.complete(...)                   names and shapes the yaml left to the model
+        complete_config(cfg, ...)           names and shapes the yaml left to the model
         check_custom_ops(cfg, model)        standard ONNX operators only
         log_input_parameters(cfg)           the input_parameters info group (input_shape, input_batch)
         check_shape_inference(job)          shape_inference_fail.onnx in working_dir when it fails
@@ -22,6 +22,7 @@ import onnx
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.march import march as march_of
 from bpuemu.host.config.j6 import CompileConfig, load_compile_config, parse_compile_config
+from bpuemu.host.config.loader import complete_config
 from bpuemu.host.convert.pipeline import Artifacts, ConvertJob, load_float_model, run
 from bpuemu.host.mapper.makertbin import (
     FAST_PERF_REMOVED_TYPES,
@@ -61,7 +62,7 @@ def compile_config(ccfg: CompileConfig, float_model: Optional[onnx.ModelProto] =
         float_model = read_float_model(cfg)
     if float_model is not None:
         check_onnx_version(float_model, cfg.model.march, os.path.basename(cfg.model.onnx_model or "the model"))
-    cfg = cfg.complete(float_inputs(cfg, float_model))
+    cfg = complete_config(cfg, float_inputs(cfg, float_model))
     check_custom_ops(cfg, float_model)
     if ccfg.calibration_line:
         log.info(ccfg.calibration_line)

@@ -14,6 +14,7 @@ import onnx
 
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import InvalidInput, NotFound
+from bpuemu.host.config.loader import complete_config
 from bpuemu.host.convert.caldata import CalInput, read_sample, to_model_inputs
 from bpuemu.host.convert.pipeline import input_spec
 from bpuemu.host.hb_onnxruntime import HB_ONNXRuntime
@@ -38,7 +39,7 @@ def run_infer(config_path: str, model_file: str, image_files: Sequence[Tuple[str
     from bpuemu.host.config import load_config
 
     cfg = load_config(config_path, model_type=model_type)
-    cfg = cfg.complete(float_inputs(cfg))
+    cfg = complete_config(cfg, float_inputs(cfg))
     job = job_from_config(cfg)
     given: Dict[str, str] = dict(image_files)
     unknown = set(given) - {ji.pre.name for ji in job.inputs}

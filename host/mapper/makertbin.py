@@ -2,7 +2,7 @@
 
     makertbin_from_config(path)  ->  load_config  ->  convert(cfg):
         read_float_model(cfg)                 the ONNX float model, read once for the whole run
-        cfg.complete(float_inputs(cfg, m))    the config completed from the model's inputs
+        complete_config(cfg, float_inputs(cfg, m))    the config completed from the model's inputs
         check_custom_ops(cfg, m)              standard ONNX operators only
         run(job_from_config(cfg, m))          the pipeline (bpuemu.host.convert.pipeline)
 """
@@ -15,6 +15,7 @@ import onnx
 from bpuemu.common.errors import InvalidInput
 from bpuemu.common.proto import model_pb2
 from bpuemu.common.version import __version__
+from bpuemu.host.config.loader import complete_config
 from bpuemu.host.convert.caldata import CalInput
 from bpuemu.host.onnxgraph import graph_inputs, load_onnx
 from bpuemu.host.convert.pipeline import Artifacts, ConvertJob, JobInput, run
@@ -186,7 +187,7 @@ def convert(cfg, float_model: Optional[onnx.ModelProto] = None) -> Artifacts:
     already has it), the config completed from its inputs, custom operators refused, the job run."""
     if float_model is None:
         float_model = read_float_model(cfg)
-    cfg = cfg.complete(float_inputs(cfg, float_model))
+    cfg = complete_config(cfg, float_inputs(cfg, float_model))
     check_custom_ops(cfg, float_model)
     return run(job_from_config(cfg, float_model))
 

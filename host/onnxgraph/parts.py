@@ -38,7 +38,7 @@ import onnx
 from onnx import helper
 
 from bpuemu.host.onnxgraph.model import TensorInfo, tensor_infos
-from bpuemu.host.onnxgraph.session import open_session
+from bpuemu.host.onnxgraph.session import PartedSession, open_session
 
 #: Ops that compute the same values whatever the memory layout of their inputs (``_layout_pinned``).
 #: onnxruntime runs some nodes in its blocked NCHWc layout when their input comes from an NCHWc node;
@@ -78,7 +78,7 @@ class _Part:
     session: object = None
 
 
-class Parts:
+class Parts(PartedSession):
     """``model`` (whose graph outputs include ``wanted``), in one part when its wanted tensors take
     ``budget`` bytes (PART_BYTES by default) or less, else cut into parts of about CUT_BYTES of them
     each (``budget``, when smaller); one part when a size is unknown or the model has subgraphs.

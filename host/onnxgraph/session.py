@@ -9,6 +9,7 @@ with ``board_options=False`` (checking that a model loads in stock
 onnxruntime) and may pass its own ``options`` then (the optimizer's saved
 basic-level graph).
 """
+import abc
 import os
 import threading
 from concurrent.futures import ThreadPoolExecutor
@@ -92,6 +93,20 @@ def feed_for(sess, sample: Mapping[str, np.ndarray]) -> Dict[str, np.ndarray]:
     return feed
 
 
+class PartedSession(abc.ABC):
+    """What runs a model as consecutive parts (``parts.Parts``) where a session would run it whole:
+    ``get_inputs()`` as a session's, and ``run(feed, consume)`` calling ``consume({name: value})``
+    once per part with that part's tensors. ``imap_samples`` takes either."""
+
+    @abc.abstractmethod
+    def get_inputs(self):
+        """The model inputs' NodeArgs (name and type), as a session lists them."""
+
+    @abc.abstractmethod
+    def run(self, feed: Mapping[str, np.ndarray], consume: Callable[[Dict[str, np.ndarray]], None]) -> None:
+        """``consume(values)`` for each part's tensors of one run on ``feed``."""
+
+
 def sample_workers() -> int:
     """How many samples the host runs at once: one per core, at most 2 (each run is one
     onnxruntime thread with the board's options, so N workers keep N cores busy);
@@ -106,13 +121,12 @@ def imap_samples(sess, names: Optional[Sequence[str]], samples: Sequence[Mapping
                  fn: Optional[Callable[[int, List[np.ndarray]], T]] = None, workers: Optional[int] = None) -> Iterator[T]:
     """``map_samples`` yielding each sample's result in sample order as soon as it is there, so a
     caller adding them up never holds every sample's result (a histogram per tensor per sample:
-    300 MB over 100 samples of PP-OCRv4 det). ``sess`` may be a ``parts.Parts``: ``fn`` then gets
+    300 MB over 100 samples of PP-OCRv4 det). ``sess`` may be a ``PartedSession`` (``parts.Parts``): ``fn`` then gets
     ``(i, values)`` once per part, with that part's ``{name: value}``, and the sample's result is
     the dict of what those calls returned, merged (``names`` is then unused)."""
-    from bpuemu.host.onnxgraph.parts import Parts
 
     def one(i: int):
-        if isinstance(sess, Parts):
+        if isinstance(sess, PartedSession):
             merged: dict = {}
             sess.run(feed_for(sess, samples[i]), lambda values: merged.update(fn(i, values)))
             return merged

@@ -546,8 +546,21 @@ def similarity(
     """Node and output cosine similarities from one run of each model per sample
     (what makertbin reports; see ``node_cosines`` and ``output_cosines``)."""
     fm = prepare_model(float_model) if not has_qdq(float_model) else float_model
-    fidx, qidx = GraphIndex(fm), GraphIndex(quantized_model)
+    qidx = GraphIndex(quantized_model)
     fused = fused_activations(fm, quantized_model)
+    f_infos = tensor_infos(fm)
+    pairs = _compared_pairs(GraphIndex(fm), qidx, fused, f_infos, nodes)
+    if not samples:
+        return Similarity({}, {}, fused)
+    run = _PairedRun.open(fm, quantized_model, qidx, pairs, f_infos, len(samples))
+    sums, ref, got = _summed_over_samples(run, samples)
+    cosines, agreements = _output_similarity(ref, got, run.out_names)
+    return Similarity({name: sums[(ft, qt)] / len(samples) for name, ft, qt, _ in pairs}, cosines, fused, agreements)
+
+
+def _compared_pairs(fidx: GraphIndex, qidx: GraphIndex, fused: Mapping[str, str], f_infos, nodes):
+    """Per float node the table shows (all, or ``nodes``): (its name, the float tensor it reports, the quantized
+    model's tensor holding that value, the Q node to dequantize it with or None), float tensors only."""
     pairs = []
     for n in fidx.nodes:
         if nodes is not None and n.name not in nodes:
@@ -558,40 +571,53 @@ def similarity(
             continue
         target, qnode = _dequantized_name(qidx, qn.output[0])
         pairs.append((n.name, shown.output[0], target, qnode))
-    f_infos = tensor_infos(fm)
-    pairs = [p for p in pairs if p[1] in f_infos and f_infos[p[1]].is_float]
-    out_names = [o.name for o in fm.graph.output]
-    if not samples:
-        return Similarity({}, {}, fused)
-    q_infos = tensor_infos(quantized_model)
-    f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
-    q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
-    fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
-    qs = open_parted(with_outputs(quantized_model, q_names, q_infos), q_names, q_infos)
-    compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
-    node_cosine = _node_cosine(sum(tensor_bytes(f_infos.get(ft)) or 0 for ft, _ in compared) * len(samples))
+    return [p for p in pairs if p[1] in f_infos and f_infos[p[1]].is_float]
 
-    def node_cosines_of(fv, qv, keys) -> List[float]:
+
+@dataclass
+class _PairedRun:
+    """The float and the quantized model opened with the compared tensors and the model outputs as outputs.
+
+    Each sample runs part by part (onnxgraph.Parts: each model cut into pieces of about 2 MB of
+    outputs): a part of each model, then the cosines of the pairs both have, then their tensors are
+    dropped. On PP-OCRv4 det 640x640 a sample worker holds a part of each model's outputs instead of
+    both models' every output (376 MB each)."""
+
+    fs: object
+    qs: object
+    f_names: List[str]
+    q_names: List[str]
+    out_names: List[str]
+    qidx: GraphIndex
+    compared: Dict[tuple, Optional[onnx.NodeProto]]   # (float tensor, quantized tensor) -> its Q node or None
+    node_cosine: Callable[[np.ndarray, np.ndarray], float]
+
+    @classmethod
+    def open(cls, fm: onnx.ModelProto, qm: onnx.ModelProto, qidx: GraphIndex, pairs, f_infos, n_samples: int):
+        out_names = [o.name for o in fm.graph.output]
+        q_infos = tensor_infos(qm)
+        f_names = list(dict.fromkeys([p[1] for p in pairs] + out_names))
+        q_names = list(dict.fromkeys([p[2] for p in pairs] + out_names))
+        fs = open_parted(with_outputs(fm, f_names, f_infos), f_names, f_infos)
+        qs = open_parted(with_outputs(qm, q_names, q_infos), q_names, q_infos)
+        compared = {(ft, qt): qnode for _, ft, qt, qnode in pairs}   # a fused node and its activation share one
+        node_cosine = _node_cosine(sum(tensor_bytes(f_infos.get(ft)) or 0 for ft, _ in compared) * n_samples)
+        return cls(fs, qs, f_names, q_names, out_names, qidx, compared, node_cosine)
+
+    def node_cosines(self, fv, qv, keys) -> List[float]:
         out = []
         for ft, qt in keys:
-            qnode = compared[(ft, qt)]
-            out.append(node_cosine(fv[ft], qv[qt] if qnode is None else _dequantize(qidx, qnode, qv[qt])))
+            qnode = self.compared[(ft, qt)]
+            out.append(self.node_cosine(fv[ft], qv[qt] if qnode is None else _dequantize(self.qidx, qnode, qv[qt])))
         return out
 
-    # Each sample on a sample worker of its own (two at once on two cores), part by part
-    # (onnxgraph.Parts: the float and the quantized model each cut into pieces of about 2 MB of
-    # outputs): a part of each model, then the cosines of the pairs both have, then their tensors
-    # are dropped. On PP-OCRv4 det 640x640 a worker holds a part of each model's outputs instead of
-    # both models' every output (376 MB each).
-    keys = list(compared)
-    keep = set(out_names)
-
-    def one_sample(sample):
+    def one_sample(self, sample):
         """(per pair: its cosine, the float outputs, the quantized outputs dequantized) of one sample."""
-        f_parts, q_parts = _part_values(fs, f_names, sample), _part_values(qs, q_names, sample)
+        f_parts, q_parts = _part_values(self.fs, self.f_names, sample), _part_values(self.qs, self.q_names, sample)
+        keep = set(self.out_names)
         fv: Dict[str, np.ndarray] = {}
         qv: Dict[str, np.ndarray] = {}
-        left = keys
+        left = list(self.compared)
         node_cos: Dict[tuple, float] = {}
         while True:
             f_part, q_part = next(f_parts, None), next(q_parts, None)
@@ -600,33 +626,46 @@ def similarity(
             fv.update(f_part or {})
             qv.update(q_part or {})
             ready = [k for k in left if k[0] in fv and k[1] in qv]
-            node_cos.update(zip(ready, node_cosines_of(fv, qv, ready)))
+            node_cos.update(zip(ready, self.node_cosines(fv, qv, ready)))
             done = set(ready)
             left = [k for k in left if k not in done]
             f_need, q_need = {k[0] for k in left} | keep, {k[1] for k in left} | keep
             fv = {t: v for t, v in fv.items() if t in f_need}
             qv = {t: v for t, v in qv.items() if t in q_need}
-        fixed = []
-        for o in out_names:
-            prod = qidx.producer.get(o)
-            fixed.append(_dequantize(qidx, prod, qv[o]) if prod is not None and prod.op_type == Q else qv[o])
-        return node_cos, [fv[o] for o in out_names], fixed
+        return node_cos, [fv[o] for o in self.out_names], self.dequantized_outputs(qv)
 
-    sums: Dict[tuple, float] = {k: 0.0 for k in compared}
+    def dequantized_outputs(self, qv) -> List[np.ndarray]:
+        """The quantized model's outputs, those a Q node makes (int8 outputs) dequantized."""
+        fixed = []
+        for o in self.out_names:
+            prod = self.qidx.producer.get(o)
+            fixed.append(_dequantize(self.qidx, prod, qv[o]) if prod is not None and prod.op_type == Q else qv[o])
+        return fixed
+
+
+def _summed_over_samples(run: _PairedRun, samples: Sequence[Sample]):
+    """Every sample on a sample worker of its own (two at once on two cores): per pair the sum of its
+    cosines over the samples, added in sample order as one loop would; each sample's float and quantized outputs."""
+    sums: Dict[tuple, float] = {k: 0.0 for k in run.compared}
     ref, got = [], []
     workers = min(sample_workers(), len(samples))
     with ThreadPoolExecutor(workers, thread_name_prefix="bpuemu-sample") if workers > 1 else nullcontext() as pool:
-        for node_cos, reference, outputs in (pool.map(one_sample, samples) if pool is not None else map(one_sample, samples)):
-            for k in keys:                  # summed in sample order, as one loop would
+        for node_cos, reference, outputs in (pool.map(run.one_sample, samples) if pool is not None
+                                             else map(run.one_sample, samples)):
+            for k in run.compared:
                 sums[k] += node_cos[k]
             ref.append(reference)
             got.append(outputs)
+    return sums, ref, got
+
+
+def _output_similarity(ref, got, out_names: Sequence[str]):
+    """Per model output over the samples: the cosine of a float output, the agreement rate of an integer one."""
     integer = {k for k, o in enumerate(out_names) if is_integer(ref[0][k])}
     agreements = {o: float(np.mean([agreement_rate(r[k], g[k]) for r, g in zip(ref, got)]))
                   for k, o in enumerate(out_names) if k in integer}
     cosines = search.output_cosines(ref, got, out_names)
-    return Similarity({name: sums[(ft, qt)] / len(samples) for name, ft, qt, _ in pairs},
-                      {o: c for o, c in cosines.items() if o not in agreements}, fused, agreements)
+    return {o: c for o, c in cosines.items() if o not in agreements}, agreements
 
 
 def node_cosines(

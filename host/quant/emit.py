@@ -121,6 +121,24 @@ class _Rewrite:
         """``nodes`` go right after ``producer``, or before every node for a model input or a weight."""
         (self.pre if producer is None else self.after.setdefault(producer, [])).extend(nodes)
 
+    def qparams(self, t: str, q: TensorQuant) -> Tuple[str, str]:
+        """New initializers ``<t>_scale`` and ``<t>_zero_point`` holding ``q``'s; their names."""
+        s, z = self.fresh(f"{t}_scale"), self.fresh(f"{t}_zero_point")
+        self.inits.append(numpy_helper.from_array(np.asarray(q.scale, np.float32), s))
+        self.inits.append(numpy_helper.from_array(q.zero_point_array(), z))
+        return s, z
+
+    def dequantized_constant(self, base: str, quantized: np.ndarray, scale: np.ndarray, zero_point: np.ndarray,
+                             axis: int) -> str:
+        """A quantized constant (a weight, a bias) as initializers and the DequantizeLinear before every node
+        that reads it; the name of its dequantized tensor."""
+        qi, s, z, out = (self.fresh(f"{base}_quantized"), self.fresh(f"{base}_scale"), self.fresh(f"{base}_zero_point"),
+                         self.fresh(f"{base}_DequantizeLinear_Output"))
+        self.inits += [numpy_helper.from_array(quantized, qi), numpy_helper.from_array(scale, s),
+                       numpy_helper.from_array(zero_point, z)]
+        self.pre.append(helper.make_node(DQ, [qi, s, z], [out], name=self.fresh(f"{base}_DequantizeLinear"), axis=axis))
+        return out
+
     def finish(self) -> onnx.ModelProto:
         m = self.model
         g = m.graph
@@ -167,82 +185,87 @@ def emit_quantized(
 ) -> onnx.ModelProto:
     corrections = corrections or {}
     r = _Rewrite(plan)
-    g, fresh, pre, rewire, inits = r.model.graph, r.fresh, r.pre, r.rewire, r.inits
-
-    def qparams(t: str, q: TensorQuant) -> Tuple[str, str]:
-        s, z = fresh(f"{t}_scale"), fresh(f"{t}_zero_point")
-        inits.append(numpy_helper.from_array(np.asarray(q.scale, np.float32), s))
-        inits.append(numpy_helper.from_array(q.zero_point_array(), z))
-        return s, z
-
-    def requantize(t: str, q: TensorQuant, dq_out: Optional[str]) -> List[onnx.NodeProto]:
-        """Per-channel ``t`` requantized to one scale for its readers that take one; they read it."""
-        reads = plan.single_scale_reads.get(t)
-        if not reads or not q.per_channel or dq_out is None:
-            return []
-        s, z = qparams(f"{t}_requantize", requantized(q))
-        q_out, out = fresh(f"{t}_Requantize_QuantizeLinear_Output"), fresh(f"{t}_Requantize_DequantizeLinear_Output")
-        for reader in reads:
-            rewire[reader] = out
-        return [helper.make_node(Q, [dq_out, s, z], [q_out], name=fresh(f"{t}_Requantize_QuantizeLinear")),
-                helper.make_node(DQ, [q_out, s, z], [out], name=fresh(f"{t}_Requantize_DequantizeLinear"))]
-
     for t, site in plan.activations.items():
-        q = acts[t]
-        s, z = qparams(t, q)
-        ax = _axis_attrs(q.axis)
         if site.fixed_int8:
-            for vi in g.input:
-                if vi.name == t:
-                    vi.type.tensor_type.elem_type = TensorProto.INT8
-            dq_out = fresh(f"{t}_DequantizeLinear_Output")
-            pre.append(helper.make_node(DQ, [t, s, z], [dq_out], name=fresh(f"{t}_DequantizeLinear"), **ax))
-            for reader in site.quantized_readers:
-                rewire[reader] = dq_out
-            continue
-        src, q_out, dq_out = t, None, None
-        is_output = site.is_graph_output and site.producer_on_bpu
-        if is_output:
-            src = r.hand_over_output(t, "QuantizeLinear_Input")
-            if output_type != "float":
-                q_out = t
-                for vi in g.output:
-                    if vi.name == t:
-                        vi.type.tensor_type.elem_type = _ELEM[q.dtype]
-            else:
-                dq_out = t
-        q_out = q_out or fresh(f"{t}_QuantizeLinear_Output")
-        new = [helper.make_node(Q, [src, s, z], [q_out], name=fresh(f"{t}_QuantizeLinear"), **ax)]
-        if dq_out is not None or site.quantized_readers:
-            dq_out = dq_out or fresh(f"{t}_DequantizeLinear_Output")
-            new.append(helper.make_node(DQ, [q_out, s, z], [dq_out], name=fresh(f"{t}_DequantizeLinear"), **ax))
-        for reader in site.quantized_readers:
-            rewire[reader] = dq_out
-        r.place(site.producer, new + requantize(t, q, dq_out))
-
+            _dequantize_int8_input(r, t, site, acts[t])
+        else:
+            _quantize_activation(r, plan, t, site, acts[t], output_type)
     for w, site in plan.weights.items():
-        wq = weights[w]
-        qi, s, z, out = fresh(f"{w}_quantized"), fresh(f"{w}_scale"), fresh(f"{w}_zero_point"), fresh(f"{w}_DequantizeLinear_Output")
-        inits += [numpy_helper.from_array(wq.quantized.astype(np.int8), qi),
-                  numpy_helper.from_array(wq.scale.astype(np.float32), s),
-                  numpy_helper.from_array(np.zeros(wq.scale.shape, np.int8), z)]
-        pre.append(helper.make_node(DQ, [qi, s, z], [out], name=fresh(f"{w}_DequantizeLinear"), axis=wq.axis))
-        for reader in site.readers:
-            rewire[reader] = out
-
+        _quantize_weight(r, w, site, weights[w])
     for node, site in plan.biases.items():
-        b = bias_values(plan, node, corrections)
-        if b is None or site.activation not in acts or site.weight not in weights:
-            continue
-        qb, scale = quantize_bias(b, acts[site.activation], weights[site.weight], site.period)
-        base = site.tensor or f"{node}_bias"
-        qi, s, z, out = fresh(f"{base}_quantized"), fresh(f"{base}_scale"), fresh(f"{base}_zero_point"), fresh(f"{base}_DequantizeLinear_Output")
-        inits += [numpy_helper.from_array(qb, qi), numpy_helper.from_array(scale, s),
-                  numpy_helper.from_array(np.zeros(scale.shape, np.int32), z)]
-        pre.append(helper.make_node(DQ, [qi, s, z], [out], name=fresh(f"{base}_DequantizeLinear"), axis=0))
-        rewire[(node, site.index)] = out
-
+        _quantize_bias(r, plan, node, site, acts, weights, corrections)
     return r.finish()
+
+
+def _dequantize_int8_input(r: _Rewrite, t: str, site, q: TensorQuant) -> None:
+    """Model input ``t`` arrives as int8: the graph input says so, and a DequantizeLinear feeds its readers."""
+    s, z = r.qparams(t, q)
+    for vi in r.model.graph.input:
+        if vi.name == t:
+            vi.type.tensor_type.elem_type = TensorProto.INT8
+    dq_out = r.fresh(f"{t}_DequantizeLinear_Output")
+    r.pre.append(helper.make_node(DQ, [t, s, z], [dq_out], name=r.fresh(f"{t}_DequantizeLinear"), **_axis_attrs(q.axis)))
+    for reader in site.quantized_readers:
+        r.rewire[reader] = dq_out
+
+
+def _quantize_activation(r: _Rewrite, plan: QuantPlan, t: str, site, q: TensorQuant, output_type: str) -> None:
+    """A QuantizeLinear after ``t``'s producer and, for its quantized readers (or a float model output), a
+    DequantizeLinear; a model output made on the BPU is handed over to them (in its quantized type unless
+    ``output_type`` is "float")."""
+    s, z = r.qparams(t, q)
+    ax = _axis_attrs(q.axis)
+    src, q_out, dq_out = t, None, None
+    if site.is_graph_output and site.producer_on_bpu:
+        src = r.hand_over_output(t, "QuantizeLinear_Input")
+        if output_type != "float":
+            q_out = t
+            for vi in r.model.graph.output:
+                if vi.name == t:
+                    vi.type.tensor_type.elem_type = _ELEM[q.dtype]
+        else:
+            dq_out = t
+    q_out = q_out or r.fresh(f"{t}_QuantizeLinear_Output")
+    new = [helper.make_node(Q, [src, s, z], [q_out], name=r.fresh(f"{t}_QuantizeLinear"), **ax)]
+    if dq_out is not None or site.quantized_readers:
+        dq_out = dq_out or r.fresh(f"{t}_DequantizeLinear_Output")
+        new.append(helper.make_node(DQ, [q_out, s, z], [dq_out], name=r.fresh(f"{t}_DequantizeLinear"), **ax))
+    for reader in site.quantized_readers:
+        r.rewire[reader] = dq_out
+    r.place(site.producer, new + _requantize(r, plan, t, q, dq_out))
+
+
+def _requantize(r: _Rewrite, plan: QuantPlan, t: str, q: TensorQuant, dq_out: Optional[str]) -> List[onnx.NodeProto]:
+    """Per-channel ``t`` requantized to one scale for its readers that take one; they read it."""
+    reads = plan.single_scale_reads.get(t)
+    if not reads or not q.per_channel or dq_out is None:
+        return []
+    s, z = r.qparams(f"{t}_requantize", requantized(q))
+    q_out, out = r.fresh(f"{t}_Requantize_QuantizeLinear_Output"), r.fresh(f"{t}_Requantize_DequantizeLinear_Output")
+    for reader in reads:
+        r.rewire[reader] = out
+    return [helper.make_node(Q, [dq_out, s, z], [q_out], name=r.fresh(f"{t}_Requantize_QuantizeLinear")),
+            helper.make_node(DQ, [q_out, s, z], [out], name=r.fresh(f"{t}_Requantize_DequantizeLinear"))]
+
+
+def _quantize_weight(r: _Rewrite, w: str, site, wq: WeightQuant) -> None:
+    """Weight ``w`` as int8 with its per-channel scales; its readers read it dequantized."""
+    out = r.dequantized_constant(w, wq.quantized.astype(np.int8), wq.scale.astype(np.float32),
+                                 np.zeros(wq.scale.shape, np.int8), wq.axis)
+    for reader in site.readers:
+        r.rewire[reader] = out
+
+
+def _quantize_bias(r: _Rewrite, plan: QuantPlan, node: str, site, acts: Dict[str, TensorQuant],
+                   weights: Dict[str, WeightQuant], corrections: Dict[str, np.ndarray]) -> None:
+    """``node``'s bias (corrected where a correction was computed) quantized to int32 (``quantize_bias``); ``node``
+    reads it dequantized."""
+    b = bias_values(plan, node, corrections)
+    if b is None or site.activation not in acts or site.weight not in weights:
+        return
+    qb, scale = quantize_bias(b, acts[site.activation], weights[site.weight], site.period)
+    out = r.dequantized_constant(site.tensor or f"{node}_bias", qb, scale, np.zeros(scale.shape, np.int32), 0)
+    r.rewire[(node, site.index)] = out
 
 
 def _floats(a) -> List[float]:

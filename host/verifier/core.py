@@ -35,11 +35,11 @@ from bpuemu.common.march import march as march_of
 from bpuemu.common.numerics import dequantize
 from bpuemu.common.proto import model_pb2
 from bpuemu.board.security import TlsConfig
-from bpuemu.board.backends import Backend, LocalBackend, Platform, local_platform, open_backend
+from bpuemu.board.backends import Backend, LocalBackend, Platform, local_platform
+from bpuemu.board.connect import open_backend
 from bpuemu.board.runtime import FOLLOW_MODEL
 from bpuemu.host.clients.ssh_options import SshOptions
 from bpuemu.host.verifier.inputs import load_inputs, random_inputs
-from bpuemu.host.verifier.repro import board_facts
 from bpuemu.host.verifier.report import NodeDivergence, PairResult, VerifyReport, pair_body, pair_header
 from bpuemu.host.verifier.sides import QuantiGraph, SideRun, run_bin, run_quanti
 
@@ -47,6 +47,18 @@ Kind = model_pb2.PlanStep
 
 SIM = "Sim"
 QUANTI = "Quanti.onnx"
+
+
+def board_facts(backend) -> Dict[str, str]:
+    """What a board side ran on: its bpuemu, runtime, arch, onnxruntime and timing mode (a gRPC board's handshake);
+    the description alone for another backend."""
+    client = getattr(backend, "client", None)
+    info = getattr(client, "info", None) if client is not None else None
+    facts = {"description": getattr(backend, "description", "")}
+    if info is not None:
+        facts.update(address=client.target, bpuemu=info.daemon_version, runtime=info.runtime_version, arch=info.arch,
+                      onnxruntime=info.onnxruntime_version, timing=info.timing or "host", hostname=info.hostname)
+    return facts
 
 
 def _open_board(options: "VerifyOptions", target: str) -> Backend:

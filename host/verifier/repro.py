@@ -36,6 +36,7 @@ import numpy as np
 from bpuemu.common.atomic import write_file_atomic
 from bpuemu.common.errors import IncompatibleVersion, InvalidInput
 from bpuemu.common.version import __version__
+from bpuemu.host.verifier.core import QUANTI, SIM, VerifyOptions, verify
 
 BUNDLE_FORMAT = 1
 MANIFEST = "manifest.json"
@@ -55,21 +56,7 @@ def _npy(array: np.ndarray) -> bytes:
     return buf.getvalue()
 
 
-def board_facts(backend) -> Dict[str, str]:
-    """What a board side ran on: its bpuemu, runtime, arch, onnxruntime and timing mode (a gRPC board's handshake);
-    the description alone for another backend."""
-    client = getattr(backend, "client", None)
-    info = getattr(client, "info", None) if client is not None else None
-    facts = {"description": getattr(backend, "description", "")}
-    if info is not None:
-        facts.update(address=client.target, bpuemu=info.daemon_version, runtime=info.runtime_version, arch=info.arch,
-                      onnxruntime=info.onnxruntime_version, timing=info.timing or "host", hostname=info.hostname)
-    return facts
-
-
 def _side_kind(run) -> str:
-    from bpuemu.host.verifier.core import SIM
-
     return QUANTI_KIND if run.is_quanti else SIM_KIND if run.info.label == SIM else BOARD_KIND
 
 
@@ -213,8 +200,6 @@ def rerun(bundle: Bundle, board: str = "", echo: Callable[[str], None] = lambda 
           token: Optional[str] = None, tls=None, ssh=None) -> List[Reproduction]:
     """Run the bundle's comparison again on this host (quanti.onnx, the simulator) and, given ``board`` (a form
     hb_verifier -b takes, normalized to ssh:// or grpc://), there; each side against the bundle's side of its kind."""
-    from bpuemu.host.verifier.core import QUANTI, SIM, VerifyOptions, verify
-
     m = bundle.manifest
     sides = m["sides"]
     saved = {i: {o["name"]: bundle.array(o["file"]) for o in side["outputs"]} for i, side in enumerate(sides)}

@@ -148,7 +148,7 @@ def test_perf_through_the_library(farm, rgb_model, tmp_path):
 
 def test_one_board_is_the_same_call(farm, rgb_model, tmp_path):
     """A backend of one board answers the same calls, its files in the directory given (no per-board one)."""
-    from bpuemu.board.backends import open_backend
+    from bpuemu.board.connect import open_backend
 
     with open_backend([rgb_model.path], board=[farm[0].target]) as be:
         run = be.perf("", PerfConfig(frame_count=5, profile=True), profile_path=str(tmp_path))

@@ -18,6 +18,7 @@ from bpuemu.host.config import (
     parse_config,
 )
 from bpuemu.host.config import tables as T
+from bpuemu.host.config.loader import complete_config
 
 # The seed's template (ptq_guide, "Model Conversion YAML Configuration Parameters") for an
 # ONNX model, with the group indentation fixed and the commented-out options switched on.
@@ -786,7 +787,7 @@ def test_complete_fills_name_and_shape_from_the_model(project):
     model_inputs = _onnx_with_inputs(project / "mobilenetv1.onnx", [("images", [1, 3, 64, 64])])
     cfg = parse(minimal(), project)
     assert cfg.inputs[0].name is None and cfg.inputs[0].input_shape is None
-    done = cfg.complete(model_inputs)
+    done = complete_config(cfg, model_inputs)
     assert (done.inputs[0].name, done.inputs[0].input_shape) == ("images", (1, 3, 64, 64))
     assert done.inputs[0].height_width == (64, 64)
     assert cfg.inputs[0].name is None  # frozen: the original is unchanged
@@ -795,32 +796,32 @@ def test_complete_fills_name_and_shape_from_the_model(project):
 def test_complete_runs_the_shape_rules(project):
     model_inputs = _onnx_with_inputs(project / "mobilenetv1.onnx", [("images", [1, 3, 63, 64])])
     with pytest.raises(ConfigError, match="input 'images': input_type_rt nv12 needs an even height and width"):
-        parse(minimal(), project).complete(model_inputs)
+        complete_config(parse(minimal(), project), model_inputs)
 
 
 def test_complete_needs_input_shape_for_dynamic_inputs(project):
     model_inputs = _onnx_with_inputs(project / "mobilenetv1.onnx", [("images", [None, 3, 64, 64])])
     with pytest.raises(ConfigError, match="input 'images' has the dynamic shape \\?x3x64x64") as info:
-        parse(minimal(), project).complete(model_inputs)
+        complete_config(parse(minimal(), project), model_inputs)
     assert info.value.hint == "set input_shape for this input"
     doc = minimal()
     doc["input_parameters"]["input_shape"] = "8x3x64x64"
-    assert parse(doc, project).complete(model_inputs).inputs[0].input_shape == (8, 3, 64, 64)
+    assert complete_config(parse(doc, project), model_inputs).inputs[0].input_shape == (8, 3, 64, 64)
     doc["input_parameters"]["input_shape"] = "8x3x32x64"
     with pytest.raises(ConfigError, match="input_shape 8x3x32x64 does not fit the model's \\?x3x64x64"):
-        parse(doc, project).complete(model_inputs)
+        complete_config(parse(doc, project), model_inputs)
 
 
 def test_complete_checks_names(project):
     multi = [("img", (1, 3, 224, 224)), ("feat", (1, 64, 7, 7))]
     cfg = parse(two_inputs(), project, check_files=False)
-    assert [i.input_shape for i in cfg.complete(multi).inputs] == [(1, 3, 224, 224), (1, 64, 7, 7)]
+    assert [i.input_shape for i in complete_config(cfg, multi).inputs] == [(1, 3, 224, 224), (1, 64, 7, 7)]
     with pytest.raises(ConfigError, match="'feat' is not an input of the model \\(did you mean 'feats'\\?\\)"):
-        cfg.complete([("img", (1, 3, 224, 224)), ("feats", (1, 64, 7, 7))])
+        complete_config(cfg, [("img", (1, 3, 224, 224)), ("feats", (1, 64, 7, 7))])
     with pytest.raises(ConfigError, match="the model input\\(s\\) extra are not configured"):
-        cfg.complete(multi + [("extra", (1, 1))])
+        complete_config(cfg, multi + [("extra", (1, 1))])
     with pytest.raises(ConfigError, match="input_name is required: the model has 2 inputs \\(img, feat\\)"):
-        parse(minimal(), project).complete(multi)
+        complete_config(parse(minimal(), project), multi)
 
 
 def test_complete_checks_an_unnamed_inputs_input_source(project):
@@ -828,9 +829,9 @@ def test_complete_checks_an_unnamed_inputs_input_source(project):
     doc["compiler_parameters"]["input_source"] = {"data": "ddr"}
     cfg = parse(doc, project)
     assert cfg.inputs[0].input_source == "ddr"
-    assert cfg.complete([("data", (1, 3, 64, 64))]).inputs[0].name == "data"
+    assert complete_config(cfg, [("data", (1, 3, 64, 64))]).inputs[0].name == "data"
     with pytest.raises(ConfigError, match="input_source: 'data' is not an input of the model \\(its input is 'images'\\)"):
-        cfg.complete([("images", (1, 3, 64, 64))])
+        complete_config(cfg, [("images", (1, 3, 64, 64))])
 
 
 # --- the tables agree with the rest of bpuemu -----------------------------------------------------------

@@ -14,6 +14,7 @@ from bpuemu.board.runtime import FOLLOW_MODEL, Runtime
 from bpuemu.common.container import read_bc, read_bin
 from bpuemu.common.errors import InvalidInput
 from bpuemu.host.config.j6 import load_compile_config
+from bpuemu.host.config.loader import complete_config
 from bpuemu.host.mapper.hb_compile import compile_fast_perf, compile_from_config
 
 J6_ARTIFACTS = ("tiny_original_float_model.onnx", "tiny_optimized_float_model.onnx", "tiny_calibrated_model.onnx",
@@ -169,7 +170,7 @@ def test_quant_config_is_handed_on_as_given(tmp_path):
     doc["calibration_parameters"]["quant_config"] = "qc.json"
     yaml.safe_dump(doc, open(cfg, "w"))
     ccfg = load_compile_config(cfg)
-    job = j6_job(ccfg, ccfg.config.complete([("data", [1, 3, 8, 8])]), None)
+    job = j6_job(ccfg, complete_config(ccfg.config, [("data", [1, 3, 8, 8])]), None)
     assert job.quant_config == str(tmp_path / "qc.json") and job.march_spec.name == "nash-e"
     doc["calibration_parameters"]["quant_config"] = {"op_config": {"Conv": {"qtype": "int16"}}}
     yaml.safe_dump(doc, open(cfg, "w"))

@@ -19,7 +19,8 @@ import textwrap
 import numpy as np
 import pytest
 
-from bpuemu.board.backends import LocalBackend, TransportRequest, load_transport, open_backend
+from bpuemu.board.backends import LocalBackend, TransportRequest, load_transport
+from bpuemu.board.connect import open_backend
 from bpuemu.board.runtime.perf_job import PerfConfig
 from bpuemu.common.errors import (
     BoardUnavailable, DeadlineExceeded, IncompatibleVersion, NotFound, PermissionDenied, Unauthenticated,
