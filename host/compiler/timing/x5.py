@@ -58,8 +58,10 @@ The model, per frame of a compiled plan:
 
 Parameters are in ``PARAMETERS`` (value, unit, provenance). The "fitted" ones are
 set by ``bench/x5_fit.py`` (least squares on the log errors of the published 1-thread
-latency and multi-thread FPS of ../shared x5_fit.csv, every model weighted alike);
-re-run it to refit and it rewrites the values below between the FITTED markers.
+latency and multi-thread FPS of bench/x5_fit.csv and bench/x5_check.csv, on nv12 .bins as the
+boards run them, every model weighted alike, and of makertbin's line against the real
+compiler's where it is published); re-run it to refit and it rewrites the values below
+between the FITTED markers.
 
 The compile strategy a model records changes the layer costs
 (bpuemu.host.compiler.timing.strategy): bandwidth mode stores outputs and spills
