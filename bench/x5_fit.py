@@ -6,6 +6,7 @@
     python bench/x5_fit.py --write               # ... and write the fitted values into the parameter table
     python bench/x5_fit.py --evaluate            # no fit: the current parameters' figures
     python bench/x5_fit.py --csv my.csv --cache DIR
+    python bench/x5_fit.py --csv bench/x5_fit.csv,bench/x5_check.csv --bins CACHE/bin_nv12   # the union, nv12
 
 Inputs: the published figures (``--csv``, default bench/x5_fit.csv: 1-thread latency, FPS at
 ``threads``) and each model's `.bin` converted with ``hb_mapper makertbin --fast-perf``, as
@@ -24,9 +25,12 @@ bench/x5_timing.py converts them into its cache (``--cache``, default x5_timing'
    alike (a model missing a figure has one residual, weighted up to count as one model), with a
    weak pull of each parameter towards its starting value (ridge 0.01 on log scale) so that a
    parameter the data cannot see stays where physics put it; the CPU parameters (x5.NOT_FITTED) are
-   not fitted at all: the fast-perf fit set runs everything on the BPU.
+   not fitted at all: the fast-perf fit set runs everything on the BPU. Where a row publishes the real
+   compiler's estimate line (``compiler_est_latency_us``), makertbin's BPU-only latency is held against
+   it as one more residual: it separates the BPU's time from the runtime's.
 4. Held-out figures: the same fit K times, each leaving a fold of models out and predicting them
-   (5-fold): what the model does on models not used for fitting.
+   (5-fold): what the model does on models not used for fitting; overall and per architecture
+   family (bench/x5_timing.py's FAMILIES).
 5. With ``--write`` only: the fitted values are written into host/compiler/timing/x5.py between
    its FITTED markers, with the date.
 """
@@ -46,7 +50,7 @@ import numpy as np
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 sys.path.insert(0, HERE)
-from x5_timing import DEFAULT_CACHE, SETS, Cache  # noqa: E402  (bench/x5_timing.py: the files it converts)
+from x5_timing import DEFAULT_CACHE, FAMILIES, SETS, Cache, arch_family  # noqa: E402  (bench/x5_timing.py)
 
 #: The published figures the project ships (bench/x5_fit.csv).
 DEFAULT_CSV = SETS["fit"]
@@ -60,10 +64,12 @@ def read_rows(path: str) -> List[dict]:
     with open(path, newline="") as f:
         for r in csv.DictReader(f):
             threads = re.match(r"\d+", r.get("threads") or "")
-            rows.append({"model": r["model"], "family": r.get("family", ""),
+            rows.append({"model": r["model"], "family": r.get("family", ""), "source": r.get("architecture_source", ""),
                          "lat1": float(r["x5_latency_1thread_ms"]) if r.get("x5_latency_1thread_ms") else None,
                          "fps": float(r["x5_fps"]) if r.get("x5_fps") and threads else None,
-                         "threads": int(threads.group()) if threads else 4})
+                         "threads": int(threads.group()) if threads else 4,
+                         # the real compiler's estimate line (BPU only), where published: a second target
+                         "est_us": float(r["compiler_est_latency_us"]) if r.get("compiler_est_latency_us") else None})
     return rows
 
 
@@ -119,13 +125,15 @@ class Fit:
         bpu = self.bpu(x)
         res = []
         for row, feat in data:
-            lat, fps, _ = predict(feat, bpu, row["threads"])
+            lat, fps, bpu_us = predict(feat, bpu, row["threads"])
             have = [v for v in (row["lat1"], row["fps"]) if v]
             w = 1.0 if len(have) == 2 else np.sqrt(2.0)
             if row["lat1"]:
                 res.append(w * np.log(lat / row["lat1"]))
             if row["fps"]:
                 res.append(w * np.log(fps / row["fps"]))
+            if row.get("est_us"):       # makertbin's line (the BPU's time) against the real compiler's
+                res.append(np.log(bpu_us / row["est_us"]))
         res.extend(np.sqrt(self.ridge) * (x - self.x0))
         return np.asarray(res)
 
@@ -193,16 +201,31 @@ def table(title: str, results: List[dict]) -> str:
     if sl["n"]:
         out.append(f"1-thread latency: n={sl['n']} median |err| {sl['median']:.1%}, within 15% {sl['within15']:.0%}, "
                    f"within 20% {sl['within20']:.0%}, within 25% {sl['within25']:.0%}, Spearman {rho_l:.3f}")
+    est_e = [r["est_err"] for r in results if r.get("est_err") is not None]
+    if est_e:
+        se = stats(est_e)
+        out.append(f"makertbin's line vs the real compiler's (compiler_est_latency_us): n={se['n']} median |err| "
+                   f"{se['median']:.1%}, within 20% {se['within20']:.0%}")
+    for fam, _ in FAMILIES:
+        sub = [r for r in results if r.get("arch") == fam]
+        ff = stats([r["fps_err"] for r in sub if r["fps_err"] is not None])
+        fl = stats([r["lat_err"] for r in sub if r["lat_err"] is not None])
+        if ff["n"]:
+            pairs = [(r["pub_fps"], r["fps"]) for r in sub if r["pub_fps"]]
+            out.append(f"  {fam:<10} n={ff['n']:<3} FPS median |err| {ff['median']:.1%}, within 20% {ff['within20']:.0%}, "
+                       f"Spearman {spearman([p for p, _ in pairs], [m for _, m in pairs]):.3f}; latency median |err| "
+                       f"{fl['median'] if fl['n'] else float('nan'):.1%}")
     return "\n".join(out)
 
 
 def evaluate(data, bpu) -> List[dict]:
     out = []
     for row, feat in data:
-        lat, fps, _ = predict(feat, bpu, row["threads"])
-        out.append({"model": row["model"], "threads": row["threads"], "pub_fps": row["fps"], "fps": fps,
+        lat, fps, bpu_us = predict(feat, bpu, row["threads"])
+        out.append({"model": row["model"], "arch": row.get("arch", ""), "threads": row["threads"], "pub_fps": row["fps"], "fps": fps,
                     "fps_err": fps / row["fps"] - 1 if row["fps"] else None, "pub_lat1": row["lat1"], "lat1": lat,
-                    "lat_err": lat / row["lat1"] - 1 if row["lat1"] else None})
+                    "lat_err": lat / row["lat1"] - 1 if row["lat1"] else None,
+                    "est_err": bpu_us / row["est_us"] - 1 if row.get("est_us") else None})
     return out
 
 
@@ -219,7 +242,7 @@ def write_parameters(values: Dict[str, float], source: str, path: str = X5_PY) -
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    ap.add_argument("--csv", default=DEFAULT_CSV, help="published figures (default: bench/x5_fit.csv)")
+    ap.add_argument("--csv", default=DEFAULT_CSV, help="published figures (default: bench/x5_fit.csv; several files: comma-separated)")
     ap.add_argument("--cache", default=DEFAULT_CACHE, help="bench/x5_timing.py's cache (its --cache)")
     ap.add_argument("--bins", help="the folder of <model>/*.bin (default: the cache's featuremap .bins)")
     ap.add_argument("--write", action="store_true",
@@ -235,7 +258,7 @@ def main(argv=None) -> int:
     from bpuemu.host.compiler.timing.estimate import estimate_model
     from bpuemu.host.compiler.timing.x5 import FITTED_VALUES, NOT_FITTED, START_VALUES, X5_BPU
 
-    rows = read_rows(args.csv)
+    rows = [r for path in args.csv.split(",") for r in read_rows(path)]    # several csv files: comma-separated
     data, missing = [], []
     for row in rows:
         path = find_bin(args.bins, row["model"])
@@ -243,6 +266,7 @@ def main(argv=None) -> int:
             missing.append(row["model"])
             continue
         print(f"features: {row['model']}", file=sys.stderr, flush=True)
+        row["arch"] = arch_family(path, row["source"])
         data.append((row, features_of(path)))
     if missing:
         print(f"no .bin yet for {len(missing)} model(s): {', '.join(missing)}", file=sys.stderr)
@@ -282,7 +306,9 @@ def main(argv=None) -> int:
     if args.write:
         today = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d")
         values = {n: (fitted[n] if n in fitted else START_VALUES[n]) for n in FITTED_VALUES}
-        write_parameters(values, f"fitted by bench/x5_fit.py on x5_fit.csv ({len(data)} models), {today}")
+        csvs = " + ".join(os.path.basename(c) for c in args.csv.split(","))
+        kind = "nv12" if "nv12" in os.path.basename(os.path.normpath(args.bins)) else "featuremap"
+        write_parameters(values, f"fitted by bench/x5_fit.py on {csvs} ({len(data)} models, {kind} .bins), {today}")
         print(f"\nwrote the fitted values into {X5_PY}")
     return 0
 

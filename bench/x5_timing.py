@@ -31,6 +31,13 @@ modeled/published), then per set: median |FPS error|, the share of models within
 latency; then issue 16's goals on the check set (median |FPS error| <= 10 %, >= 80 % of
 models within 20 %, Spearman >= 0.95, median |latency error| <= 15 %), each met or not.
 
+It also prints, per set and per architecture family (``FAMILIES``, read off each converted model's
+operators: YOLO, attention, GELU/LayerNorm, squeeze-excitation, other CNNs), the median |FPS
+error|, the models within 20 %, the Spearman rank correlation and the median |1-thread latency
+error|; and, where the real compiler's estimate line is published (``compiler_est_*``),
+makertbin's BPU-only line against it. ``--input-type nv12`` gives the figures on the .bins the
+boards run; bench/x5_fit.py fits and cross-validates on either.
+
 An error is modeled / published - 1. The published FPS of a row is measured with
 ``threads`` threads (2 for the YOLO tables; 4 inferred for the classification tables,
 which do not say; rows without it are taken at 4).
@@ -97,6 +104,35 @@ ESTIMATORS = {"timing": "the X5 timing model as hrt_model_exec perf shows it (st
               "line": "makertbin's estimate line (BPU only, FPS = 1 / latency)"}
 
 
+#: The architecture families the figures are given for, in the order a model is sorted into them
+#: (``arch_family``): what costs differ between them on the X5.
+FAMILIES = (
+    ("yolo", "ultralytics YOLO detect / seg / pose / cls"),
+    ("attention", "nets with attention (Softmax over activations x activations)"),
+    ("gelu", "nets with GELU (Erf) and LayerNorm, no attention"),
+    ("se", "squeeze-excitation nets (a gate from a globally pooled map scales it: 2+ pooled maps feed convs)"),
+    ("cnn", "other CNNs"),
+)
+
+
+def arch_family(bin_path: str, source: str) -> str:
+    """The family of a converted model (``FAMILIES``), from the operators of its plan."""
+    from collections import Counter
+
+    from bpuemu.common.container import read_bin
+
+    if source.startswith("ultralytics:"):
+        return "yolo"
+    ops = Counter(t for step in read_bin(bin_path).model().plan for t in step.op_types)
+    if ops["Softmax"]:
+        return "attention"
+    if ops["Erf"] or ops["Gelu"]:
+        return "gelu"
+    if ops["GlobalAveragePool"] + ops["ReduceMean"] >= 2:
+        return "se"
+    return "cnn"
+
+
 # --------------------------------------------------------------------------------------------
 # Published rows
 # --------------------------------------------------------------------------------------------
@@ -116,6 +152,9 @@ class Row:
     modeled_fps: Optional[float] = None
     modeled_latency_ms: Optional[float] = None
     status: str = ""
+    compiler_est_latency_us: Optional[float] = None   # the real compiler's estimate line, where published
+    modeled_line_latency_us: Optional[float] = None   # makertbin's line (BPU only) for the same model
+    arch_family: str = ""                             # FAMILIES, read off the converted model
 
     @property
     def fps_ratio(self) -> Optional[float]:
@@ -143,7 +182,8 @@ def read_rows(set_name: str, path: str) -> List[Row]:
                 threads = int(threads_text.split("(")[0])
                 note = "inferred" if "inferred" in threads_text else ""
             rows.append(Row(set_name, r["model"], r["family"], (h, w), _num(r["x5_latency_1thread_ms"]),
-                            _num(r["x5_fps"]), threads, note, r["architecture_source"], r["source_path"]))
+                            _num(r["x5_fps"]), threads, note, r["architecture_source"], r["source_path"],
+                            compiler_est_latency_us=_num(r.get("compiler_est_latency_us", ""))))
     return rows
 
 
@@ -417,13 +457,13 @@ def _f(v: Optional[float], fmt: str = ".1f") -> str:
 
 
 def print_table(rows: Sequence[Row]) -> None:
-    head = (f"{'set':<5} {'model':<22} {'input':>7} {'thr':>4} {'pub FPS':>8} {'mod FPS':>8} {'FPS x':>6}  "
+    head = (f"{'set':<5} {'model':<22} {'family':<9} {'input':>7} {'thr':>4} {'pub FPS':>8} {'mod FPS':>8} {'FPS x':>6}  "
             f"{'pub ms':>7} {'mod ms':>7} {'lat x':>6}  status")
     print(head)
     print("-" * len(head))
     for r in rows:
         thr = f"{r.threads}{'?' if r.threads_note else ''}"
-        print(f"{r.set:<5} {r.model:<22} {r.input_hw[0]:>3}x{r.input_hw[1]:<3} {thr:>4} {_f(r.fps):>8} "
+        print(f"{r.set:<5} {r.model:<22} {r.arch_family:<9} {r.input_hw[0]:>3}x{r.input_hw[1]:<3} {thr:>4} {_f(r.fps):>8} "
               f"{_f(r.modeled_fps):>8} {_f(r.fps_ratio, '.2f'):>6}  {_f(r.latency_ms, '.2f'):>7} "
               f"{_f(r.modeled_latency_ms, '.2f'):>7} {_f(r.lat_ratio, '.2f'):>6}  {r.status or 'ok'}")
     print("(x: modeled / published; thr: the published FPS's thread count, ? = inferred or assumed)")
@@ -455,6 +495,35 @@ def print_summary(name: str, rows: Sequence[Row]) -> Dict[str, Stats]:
     return st
 
 
+def print_families(rows: Sequence[Row]) -> None:
+    """Per set and family (``FAMILIES``): median |FPS error|, the share within 20 %, Spearman, 1-thread latency."""
+    print("\nper family (FPS: median |error|, within 20 %, Spearman; 1-thread latency: median |error|):")
+    for s in ("fit", "check", "all"):
+        for fam, _ in FAMILIES + (("all", ""),):
+            sub = [r for r in rows if (s == "all" or r.set == s) and (fam == "all" or r.arch_family == fam)]
+            st = set_stats(sub)
+            f, lat = st["fps"], st["lat"]
+            if not f.n:
+                continue
+            ratios = [r.fps_ratio for r in sub if r.fps_ratio]
+            print(f"  {s:<5} {fam:<10} n={f.n:<3} FPS median |err| {_pct(f.median):>4}, within 20% "
+                  f"{round(f.within[20] * f.n)}/{f.n}, Spearman {_f(f.spearman, '.3f'):>6}, median ratio "
+                  f"{statistics.median(ratios):.2f}; latency median |err| {_pct(lat.median):>4}")
+
+
+def print_compiler_estimates(rows: Sequence[Row]) -> None:
+    """makertbin's estimate line (BPU only) against the real compiler's published line, where there is one."""
+    pairs = [r for r in rows if r.compiler_est_latency_us and r.modeled_line_latency_us]
+    if not pairs:
+        return
+    print("\nmakertbin's estimate line against the real compiler's (compiler_est_latency_us):")
+    for r in pairs:
+        print(f"  {r.model:<22} published {r.compiler_est_latency_us:8.1f} us, modeled {r.modeled_line_latency_us:8.1f} us, "
+              f"x{r.modeled_line_latency_us / r.compiler_est_latency_us:.2f}")
+    errs = [abs(r.modeled_line_latency_us / r.compiler_est_latency_us - 1) for r in pairs]
+    print(f"  median |error| {_pct(statistics.median(errs))}, {sum(e <= 0.2 for e in errs)}/{len(errs)} within 20%")
+
+
 def print_goals(st: Dict[str, Stats]) -> None:
     values = {"fps_median": st["fps"].median, "fps_within20": st["fps"].within.get(20), "fps_spearman": st["fps"].spearman,
               "lat_median": st["lat"].median}
@@ -470,11 +539,11 @@ def print_goals(st: Dict[str, Stats]) -> None:
 def write_csv(path: str, rows: Sequence[Row]) -> None:
     with open(path, "w", newline="") as f:
         w = csv.writer(f)
-        w.writerow(["set", "model", "input_hw", "threads", "published_fps", "modeled_fps", "fps_ratio",
+        w.writerow(["set", "model", "arch_family", "input_hw", "threads", "published_fps", "modeled_fps", "fps_ratio",
                     "published_latency_ms", "modeled_latency_ms", "latency_ratio", "status"])
         for r in rows:
-            w.writerow([r.set, r.model, f"{r.input_hw[0]}x{r.input_hw[1]}", r.threads, r.fps, r.modeled_fps, r.fps_ratio,
-                        r.latency_ms, r.modeled_latency_ms, r.lat_ratio, r.status or "ok"])
+            w.writerow([r.set, r.model, r.arch_family, f"{r.input_hw[0]}x{r.input_hw[1]}", r.threads, r.fps,
+                        r.modeled_fps, r.fps_ratio, r.latency_ms, r.modeled_latency_ms, r.lat_ratio, r.status or "ok"])
 
 
 # --------------------------------------------------------------------------------------------
@@ -561,6 +630,9 @@ def main(argv=None) -> int:
             continue
         try:
             r.modeled_fps, r.modeled_latency_ms = modeled(cache.bin(r.model), r.threads, estimator)
+            r.arch_family = arch_family(cache.bin(r.model), r.source)
+            if r.compiler_est_latency_us:
+                r.modeled_line_latency_us = modeled(cache.bin(r.model), 1, "line")[1] * 1e3
         except Exception as e:  # one model's failure is a status line, not the end of the run
             r.status = f"model: {type(e).__name__}: {e}"
         if not a.no_build:
@@ -575,6 +647,8 @@ def main(argv=None) -> int:
         sub = [r for r in rows if r.set == s]
         if sub:
             stats[s] = print_summary(s, sub)
+    print_families(rows)
+    print_compiler_estimates(rows)
     if "check" in stats:
         print_goals(stats["check"])
     if a.csv:

@@ -91,6 +91,8 @@ class ModelSteps:
         """(on_bpu, us) runs of consecutive steps on one processor, the overhead first."""
         out: List[Tuple[bool, float]] = [(False, self.task_overhead_us)]
         for s in self.steps:
+            if s.us <= 0:
+                continue                      # takes no time on either processor: splits no run
             if out and out[-1][0] == s.on_bpu:
                 out[-1] = (s.on_bpu, out[-1][1] + s.us)
             else:

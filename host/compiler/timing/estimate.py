@@ -1,11 +1,12 @@
 """Static estimates of a model's BPU subgraphs and of the whole model (the numbers hb_perf reports)."""
 from dataclasses import dataclass, field
-from typing import Dict, List, Optional
+from typing import Dict, List, Optional, Tuple
 
 import numpy as np
 
 from bpuemu.common import x5_timing
 from bpuemu.common.proto import model_pb2
+from bpuemu.host.compiler.timing.fusion import NO_FUSION, lut_groups
 from bpuemu.host.compiler.timing.layers import X5_BPU_EXTRA, Layer, io_tensors, subgraph_layers
 from bpuemu.host.compiler.timing.strategy import CompileStrategy, strategy_of
 from bpuemu.host.compiler.timing.x5 import KINDS, X5_BPU, X5Bpu
@@ -107,12 +108,17 @@ class ModelEstimate:
         return 1e6 / self.latency_us if self.latency_us > 0 else None
 
     @property
+    def bpu_pieces(self) -> List[SubgraphEstimate]:
+        """The BPU subgraphs and the CPU ops of the plan that the X5 runs on its BPU, costed as pieces."""
+        return list(self.subgraphs) + [s.layers for s in self.cpu_steps if s.layers is not None]
+
+    @property
     def loaded_bytes(self) -> int:
-        return sum(s.loaded_bytes for s in self.subgraphs)
+        return sum(s.loaded_bytes for s in self.bpu_pieces)
 
     @property
     def stored_bytes(self) -> int:
-        return sum(s.stored_bytes for s in self.subgraphs)
+        return sum(s.stored_bytes for s in self.bpu_pieces)
 
     @property
     def ddr_bytes(self) -> int:
@@ -177,10 +183,26 @@ def step_elements(model: model_pb2.Model, view: PlanView, step: model_pb2.PlanSt
     return sum(t.size for t in known)
 
 
-def step_us(step: model_pb2.PlanStep, elements: int, bpu: X5Bpu) -> float:
+#: Runtime input types the X5 hands to its BPU as they are: the compiled graph starts with their conversion
+#: (nv12 -> yuv444, the colour conversion, the -128 shift) on the BPU, as a published nv12 .bin's hb_perf
+#: graph shows no CPU node before its first BPU subgraph. bpuemu's plan converts them in a Preprocess step.
+X5_BPU_INPUT_TYPES = ("nv12", "yuv444", "rgb", "bgr", "gray")
+
+
+def x5_converts_on_bpu(model: model_pb2.Model, step: model_pb2.PlanStep) -> bool:
+    """The input conversion of an image input: compiled into the X5's BPU graph (bpuemu's plan may keep it apart)."""
+    if step.kind != Kind.PREPROCESS:
+        return False
+    if step.fused_into_subgraph:
+        return True
+    return 0 <= step.input_index < len(model.input_specs) and \
+        model.input_specs[step.input_index].input_type_rt in X5_BPU_INPUT_TYPES
+
+
+def step_us(step: model_pb2.PlanStep, elements: int, bpu: X5Bpu, converts_on_bpu: Optional[bool] = None) -> float:
     """The modeled time of a non-BPU step of ``elements`` elements."""
     if step.kind == Kind.PREPROCESS:
-        if step.fused_into_subgraph:                       # the input conversion on the BPU's vector unit
+        if step.fused_into_subgraph if converts_on_bpu is None else converts_on_bpu:   # on the BPU's vector unit
             return float(bpu.us(elements / bpu.vector_elems_per_cycle))
         return elements * bpu.convert_elem_ns / 1e3        # a conversion on the CPU (0 elements: featuremap as is)
     if step.kind == Kind.CPU_OP:
@@ -208,6 +230,40 @@ def _charge_subgraph_overheads(order, bpu: X5Bpu) -> None:
             previous_bpu = o.on_bpu
 
 
+def _breaks_bpu_graph(step: model_pb2.PlanStep) -> bool:
+    """A step between two BPU steps that the X5 runs elsewhere: its graph is split there."""
+    if step.kind == Kind.LAYOUT_CONVERT:
+        return bool(step.perm)
+    return step.kind in (Kind.CPU_OP, Kind.DEQUANTIZE, Kind.QUANTIZE)
+
+
+def on_chip_tensors(model: model_pb2.Model, bpu_steps) -> frozenset:
+    """Tensors one BPU step of the plan hands to others with no step the X5 runs elsewhere in between.
+
+    bpuemu's plan cuts a graph the X5 compiles as one (its BPU subgraphs around the CPU ops the X5 runs on
+    its BPU: GELU's Erf, LayerNorm's Div and Sqrt, ...) into steps; between them the X5 keeps the int8
+    tensor in its SRAM like any other intermediate, where costing each step as a subgraph of its own would
+    store it to DDR and load it back (for a CPU op's float output, four bytes an element).
+    ``bpu_steps``: the indexes of the plan steps costed on the BPU."""
+    plan = list(model.plan)
+    made_by = {t: i for i, step in enumerate(plan) if i in bpu_steps for t in step.outputs}
+    breaks = [_breaks_bpu_graph(step) and i not in bpu_steps for i, step in enumerate(plan)]
+    read_by: Dict[str, List[int]] = {}
+    for j, step in enumerate(plan):
+        if j in bpu_steps or breaks[j]:           # a layout convert that moves nothing passes the tensor on
+            for t in step.inputs:
+                read_by.setdefault(t, []).append(j)
+    outputs = set(model.output_tensors)
+    kept = set()
+    for t, i in made_by.items():
+        readers = read_by.get(t, [])
+        if t in outputs or not readers or any(j not in bpu_steps for j in readers):
+            continue
+        if not any(breaks[i + 1:max(readers)]):
+            kept.add(t)
+    return frozenset(kept)
+
+
 def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BPU,
                    strategy: Optional[CompileStrategy] = None) -> ModelEstimate:
     """Estimate every plan step of ``model`` (BPU subgraphs per layer, from their ONNX pieces),
@@ -215,11 +271,15 @@ def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu =
     strategy = strategy or strategy_of(model)
     view = PlanView(model, blobs)
     subgraphs, cpu, order = [], [], []
-    for step in model.plan:
-        if step.kind == Kind.BPU_SUBGRAPH or x5_runs_on_bpu(step):
-            piece = piece_model(blobs[step.blob])
+    pieces = {i: piece_model(blobs[step.blob]) for i, step in enumerate(model.plan)
+              if step.kind == Kind.BPU_SUBGRAPH or x5_runs_on_bpu(step)}
+    fusion = lut_groups(list(pieces.values())) if strategy.fuses else NO_FUSION
+    on_chip = on_chip_tensors(model, set(pieces))
+    for i, step in enumerate(model.plan):
+        if i in pieces:
+            piece = pieces[i]
             inputs, outputs = io_tensors(piece)
-            sub = SubgraphEstimate(step.name, subgraph_layers(piece, bpu, strategy), inputs, outputs,
+            sub = SubgraphEstimate(step.name, subgraph_layers(piece, bpu, strategy, fusion, on_chip), inputs, outputs,
                                    float(bpu.subgraph_overhead_us))
             if step.kind == Kind.BPU_SUBGRAPH:
                 subgraphs.append(sub)
@@ -231,8 +291,9 @@ def estimate_model(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu =
                 order.append(est)
         else:
             elements = step_elements(model, view, step)
-            est = StepEstimate(step.name, _STEP_KIND.get(step.kind, "CPU op"), x5_timing.on_bpu(step), elements,
-                               step_us(step, elements, bpu))
+            bpu_input = x5_converts_on_bpu(model, step)
+            est = StepEstimate(step.name, _STEP_KIND.get(step.kind, "CPU op"), x5_timing.on_bpu(step) or bpu_input,
+                               elements, step_us(step, elements, bpu, bpu_input))
             cpu.append(est)
             order.append(est)
     _charge_subgraph_overheads(order, bpu)
@@ -258,7 +319,7 @@ def estimate_line(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
 
 
 #: Bumped whenever plan_features' output changes (bench/x5_fit.py caches features by it).
-FEATURES_VERSION = "4"
+FEATURES_VERSION = "7"
 
 
 @dataclass
@@ -290,8 +351,8 @@ def plan_features(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
     others = iter(est.cpu_steps)
     steps = []
     for step in model.plan:
-        f = StepFeatures(step.name, step.kind, step.fused_into_subgraph, tuple(step.perm),
-                         on_bpu=x5_timing.on_bpu(step) or x5_runs_on_bpu(step))
+        f = StepFeatures(step.name, step.kind, x5_converts_on_bpu(model, step), tuple(step.perm),
+                         on_bpu=x5_timing.on_bpu(step) or x5_runs_on_bpu(step) or x5_converts_on_bpu(model, step))
         if step.kind == Kind.BPU_SUBGRAPH or x5_runs_on_bpu(step):
             if step.kind == Kind.BPU_SUBGRAPH:
                 layers = next(subs).layers
@@ -304,22 +365,48 @@ def plan_features(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = 
                         "repacked": np.array([x.repacked_bytes for x in layers], dtype=np.float64),
                         "ddr": np.array([x.loaded_bytes + x.stored_bytes for x in layers], dtype=np.float64),
                         "fused": np.array([bool(x.fused_into) for x in layers], dtype=bool),
-                        "pixels": np.array([x.pixels for x in layers], dtype=np.float64)}
+                        "pixels": np.array([x.pixels for x in layers], dtype=np.float64),
+                        "launches": np.array([x.launches for x in layers], dtype=np.float64),
+                        "barriers": np.array([x.barrier for x in layers], dtype=np.float64)}
         else:
             f.elements = next(others).elements
         steps.append(f)
     return PlanFeatures(model.name, steps, est.strategy.overlaps, est.output_bytes)
 
 
+_LAYER_FEATURES = ("kind", "work", "repacked", "ddr", "fused", "pixels", "launches", "barriers")
+
+
+def _all_layers(feat: PlanFeatures) -> Tuple[Dict[str, np.ndarray], np.ndarray]:
+    """Every BPU layer of the plan in one set of arrays, and where each step's layers start in them."""
+    with_layers = [f.layers for f in feat.steps if f.layers is not None]
+    if not with_layers:
+        return {}, np.zeros(0, dtype=np.int64)
+    joined = {k: np.concatenate([layers[k] for layers in with_layers]) for k in _LAYER_FEATURES}
+    starts = np.cumsum([0] + [len(layers["kind"]) for layers in with_layers[:-1]])
+    return joined, starts
+
+
 def plan_times(feat: PlanFeatures, bpu: X5Bpu) -> x5_timing.ModelSteps:
-    """The modeled steps of a plan from its features: the same formulas as estimate_model."""
+    """The modeled steps of a plan from its features: the same formulas as estimate_model (every layer of
+    the plan costed in one call)."""
+    if "_joined" not in feat.__dict__:            # the fit calls this many times on one plan's features
+        feat.__dict__["_joined"] = _all_layers(feat)
+    joined, starts = feat.__dict__["_joined"]
+    step_layer_us = []
+    if len(starts):
+        _, _, cycles = bpu.layer_cycles(joined["kind"], joined["work"], joined["repacked"], joined["ddr"],
+                                        joined["fused"], feat.overlaps, joined["pixels"], joined["launches"],
+                                        joined["barriers"])
+        sizes = np.diff(np.append(starts, len(joined["kind"])))
+        sums = np.add.reduceat(bpu.us(cycles), np.minimum(starts, len(cycles) - 1)) if len(cycles) else np.zeros(len(starts))
+        step_layer_us = [float(v) if n else 0.0 for v, n in zip(sums, sizes)]
     out = []
     previous_bpu = False
+    layered = iter(step_layer_us)
     for f in feat.steps:
         if f.layers is not None:
-            _, _, cycles = bpu.layer_cycles(f.layers["kind"], f.layers["work"], f.layers["repacked"], f.layers["ddr"],
-                                            f.layers["fused"], feat.overlaps, f.layers["pixels"])
-            us = (0.0 if previous_bpu else float(bpu.subgraph_overhead_us)) + float(np.sum(bpu.us(cycles)))
+            us = (0.0 if previous_bpu else float(bpu.subgraph_overhead_us)) + next(layered)
         else:
             us = step_us(f, f.elements, bpu)
         if f.layers is not None:
@@ -337,7 +424,7 @@ def annotate(model: model_pb2.Model, blobs: Dict[str, bytes], bpu: X5Bpu = X5_BP
     est = estimate_model(model, blobs, bpu)
     for step, (name, on_bpu, us) in zip(model.plan, est.plan):
         step.x5_us = us
-        step.x5_on_bpu = on_bpu and step.kind == Kind.CPU_OP
+        step.x5_on_bpu = on_bpu and step.kind in (Kind.CPU_OP, Kind.PREPROCESS) and not step.fused_into_subgraph
     model.x5_timing.parameters = bpu.source
     model.x5_timing.ddr_bytes = int(est.ddr_bytes)
     model.x5_timing.task_overhead_us = est.task_overhead_us

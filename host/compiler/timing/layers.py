@@ -15,7 +15,7 @@ what that kind's rate divides (see bpuemu.host.compiler.timing.x5 for the whole
 cost model; the fit, bench/x5_fit.py, reads the same features).
 """
 from dataclasses import asdict, dataclass, field
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, FrozenSet, List, Optional, Sequence, Tuple
 
 import numpy as np
 import onnx
@@ -23,6 +23,7 @@ from onnx import numpy_helper
 
 from bpuemu.host.compiler.fuse_preprocess import one_transpose_view
 from bpuemu.host.compiler.optable import BPU_OPS
+from bpuemu.host.compiler.timing.fusion import NO_FUSION, Fusion
 from bpuemu.host.compiler.timing.strategy import DEFAULT_STRATEGY, CompileStrategy
 from bpuemu.host.compiler.timing.x5 import KINDS, X5Bpu, align
 from bpuemu.host.compiler.plan import attribute, np_dtype, piece_tensors, value_shape
@@ -48,7 +49,9 @@ class Layer:
     kind: str = "vector"          # the timing model's kind (x5.KINDS)
     work: float = 0.0             # what the kind's rate divides: MACs, elements or bytes
     repacked_bytes: float = 0.0
-    pixels: int = 1               # the output's H x W (rows of a matrix product)
+    pixels: int = 1               # the output's H x W (rows of a matrix product, of one head)
+    launches: int = 1             # times the layer is started: a MatMul of two activations once per head
+    barrier: int = 0              # 1: applies a globally pooled gate to a map (x5.gate_barrier_us)
     compute_us: float = 0.0
     load_store_us: float = 0.0
     latency_us: float = 0.0
@@ -184,14 +187,18 @@ class _Piece(GraphIndex):
             return 0
         return _prod(value_shape(vi)) * np_dtype(vi.type.tensor_type.elem_type).itemsize
 
-    def ddr_bytes(self, t: str, bpu: X5Bpu, strategy: CompileStrategy) -> Tuple[float, float]:
+    def int8_bytes(self, t: str) -> int:
+        """``t``'s size as the X5 holds it between BPU layers: one byte an element."""
+        return _prod(self.shape(t)) if self.shape(t) else self.nbytes(t)
+
+    def ddr_bytes(self, t: str, bpu: X5Bpu, strategy: CompileStrategy, int8: bool = False) -> Tuple[float, float]:
         """(bytes moved, bytes repacked) when ``t`` goes through DDR under ``strategy``.
 
         The latency share of the traffic uses the aligned layout (padded
         channels); the rest is packed to the valid shape and repacked by the
         data-movement unit.
         """
-        valid = self.nbytes(t)
+        valid = self.int8_bytes(t) if int8 else self.nbytes(t)
         if not valid:
             return 0.0, 0.0
         shape = self.shape(t)
@@ -206,9 +213,12 @@ class _Piece(GraphIndex):
         return value_shape(vi) if vi is not None else ()
 
 
-def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrategy = DEFAULT_STRATEGY) -> List[Layer]:
+def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrategy = DEFAULT_STRATEGY,
+                    fusion: Fusion = NO_FUSION, on_chip: FrozenSet[str] = frozenset()) -> List[Layer]:
     """The layers of one BPU subgraph piece, costed with ``bpu`` as ``strategy`` compiles them
-    (start/end filled in order)."""
+    (start/end filled in order); ``fusion``: the plan's lookup-table groups (bpuemu.host.compiler.timing.fusion);
+    ``on_chip``: the piece's inputs and outputs that the X5 hands between BPU layers of one graph (they go through
+    DDR only when larger than the SRAM), where bpuemu's plan splits it into steps (``estimate.on_chip_tensors``)."""
     p = _Piece(one_transpose_view(model))   # an input's layout change: one move on the X5
     sram = bpu.sram_bytes * strategy.sram_share
     layers: List[Layer] = []
@@ -239,7 +249,9 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrateg
         # Fusion: a passive op with the BPU type of the one layer feeding it (the Relu after a Conv)
         # runs in that layer's output stage, when nothing else reads that layer's output.
         src_tensor = next((r for r in real_in if r in by_output), None)
-        if strategy.fuses and op is not None and not op.active and src_tensor is not None:
+        if fusion.role(node.name) == "fused":
+            layer.fused_into = "lookup table"       # computed inside its group's one table
+        elif strategy.fuses and op is not None and not op.active and src_tensor is not None:
             src = by_output[src_tensor]
             if src.bpu_type == bpu_type and not src.fused_into and len(p.compute_readers(src_tensor)) == 1:
                 layer.fused_into = src.name
@@ -252,6 +264,12 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrateg
                 size = p.nbytes(r)
                 layer.weight_bytes += size
                 layer.loaded_bytes += size
+            elif r in p.graph_inputs and r in on_chip:
+                if r not in loaded and p.int8_bytes(r) > sram:
+                    m, rp = p.ddr_bytes(r, bpu, strategy, int8=True)   # handed over through DDR: too large
+                    layer.loaded_bytes += int(round(m))
+                    repacked += rp
+                loaded.add(r)
             elif r in p.graph_inputs:
                 if r not in loaded:
                     layer.loaded_bytes += p.nbytes(r)
@@ -263,18 +281,28 @@ def subgraph_layers(model: onnx.ModelProto, bpu: X5Bpu, strategy: CompileStrateg
         for o in node.output:
             real = p.after_q(o)
             by_output[real] = layer
-            if real in p.graph_outputs or o in p.graph_outputs or p.nbytes(real) > sram:
+            handed_on = (real in p.graph_outputs and real in on_chip) or (o in p.graph_outputs and o in on_chip)
+            if handed_on:
+                if p.int8_bytes(real) > sram:
+                    m, rp = p.ddr_bytes(real, bpu, strategy, int8=True)     # to the next step through DDR: too large
+                    layer.stored_bytes += int(round(m))
+                    repacked += rp
+            elif real in p.graph_outputs or o in p.graph_outputs or p.nbytes(real) > sram:
                 m, rp = p.ddr_bytes(real, bpu, strategy)    # a subgraph output, or a spilled intermediate
                 layer.stored_bytes += int(round(m))
                 repacked += rp
 
-        layer.kind, layer.work = layer_kind(node, p, op, unit), 0.0
+        layer.kind, layer.work = ("lut" if fusion.role(node.name) == "table" else layer_kind(node, p, op, unit)), 0.0
         layer.work = _work(layer, p, node)
         layer.repacked_bytes = repacked
         layer.pixels = _pixels(out_shape)
+        if layer.kind == "matmul" and len(out_shape) >= 3:
+            # the MAC array takes one head's second operand as its weights: one launch a head, its rows the pixels
+            layer.launches, layer.pixels = max(_prod(out_shape[:-2]), 1), max(int(out_shape[-2]), 1)
+        layer.barrier = int(_applies_a_pooled_gate(node, p, real_in))
         compute, memory, cycles = (float(v) for v in bpu.layer_cycles(
             KINDS.index(layer.kind), layer.work, repacked, layer.loaded_bytes + layer.stored_bytes,
-            bool(layer.fused_into), strategy.overlaps, layer.pixels))
+            bool(layer.fused_into), strategy.overlaps, layer.pixels, layer.launches, layer.barrier))
         layer.compute_us, layer.load_store_us, layer.latency_us = bpu.us(compute), bpu.us(memory), bpu.us(cycles)
         layer.start_us = bpu.us(clock)
         clock += cycles
@@ -288,9 +316,12 @@ LUT_TYPES = ("HzLut",)
 
 #: Operators bpuemu's plan runs on the CPU that the X5's compiler places on the BPU (the pieces of an
 #: exported LayerNorm, GELU, Softmax or L2 normalization, shape ops, large-kernel convolutions), with
-#: the timing model's kind: a CPU op made only of these is costed as BPU work (``x5_on_bpu``).
+#: the timing model's kind: a CPU op made only of these is costed as BPU work (``x5_on_bpu``). Div is a
+#: multiply by the divisor's reciprocal on the vector unit (a constant's folded, a tensor's is a table over
+#: the divisor: LayerNorm's per-position deviation, a few elements); Erf a lookup table (GELU's chain is
+#: usually one table as a whole: ``fusion``).
 X5_BPU_EXTRA = {
-    "Div": "lut", "Sqrt": "lut", "Reciprocal": "lut", "Erf": "lut", "Log": "lut", "Sin": "lut", "Cos": "lut",
+    "Div": "vector", "Sqrt": "lut", "Reciprocal": "lut", "Erf": "lut", "Log": "lut", "Sin": "lut", "Cos": "lut",
     "Softplus": "lut", "Elu": "lut", "Gelu": "lut",
     "ReduceMax": "vector", "ReduceSum": "vector", "ReduceMin": "vector", "ReduceL2": "vector", "ReduceMean": "vector",
     "Clip": "vector", "Max": "vector", "Min": "vector", "Abs": "vector", "Neg": "vector", "Relu": "vector",
@@ -327,6 +358,21 @@ def layer_kind(node: onnx.NodeProto, p: "_Piece", op, unit: str) -> str:
     if unit in ("move", "view"):
         return unit
     return "lut" if op is not None and op.bpu_type in LUT_TYPES else "vector"
+
+
+#: Elementwise operators that can apply a gate (one input broadcast over the other).
+_GATE_OPS = ("Mul", "Add", "Sub", "Div")
+
+
+def _applies_a_pooled_gate(node: onnx.NodeProto, p: "_Piece", real_in: Sequence[str]) -> bool:
+    """A squeeze-excitation's gate: an elementwise op of a 4-D map (H x W > 1) and a per-channel 1 x 1 tensor."""
+    if node.op_type not in _GATE_OPS:
+        return False
+    shapes = [p.shape(t) for t in real_in if t and t not in p.inits]
+    if len(shapes) != 2 or any(len(s) != 4 for s in shapes):
+        return False
+    spatial = sorted(int(s[2]) * int(s[3]) for s in shapes)
+    return spatial[0] == 1 and spatial[1] > 1 and min(int(s[1]) for s in shapes) > 1
 
 
 def _pixels(shape: Shape) -> int:

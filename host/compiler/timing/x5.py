@@ -8,12 +8,16 @@ of ``hrt_model_exec perf`` and ``--timing x5`` (bpuemu.common.x5_timing).
 The model, per frame of a compiled plan:
 
     BPU layer (one compute node of a BPU subgraph; features in ``layers``)
-        compute   = work / rate(kind) + layer_overhead       [cycles; 0 for a fused layer]
+        compute   = work / rate(kind) + launches * layer_overhead   [cycles; 0 for a fused layer]
                     kind    work                          rate
                     conv    aligned MACs (kernel > 1)     peak_macs * conv_efficiency
                     conv1x1 aligned MACs (1x1 conv, Gemm) peak_macs * conv1x1_efficiency
                     dwconv  MACs (depthwise: 1 input channel a group) dwconv_macs_per_cycle
-                    matmul  aligned MACs (MatMul)         peak_macs * matmul_efficiency
+                    matmul  aligned MACs (MatMul of two   peak_macs * conv1x1_efficiency, run
+                            activations: attention)       once per head: launches = the batch
+                                                          dims, pixels = the rows of one head,
+                                                          + matmul_head_us a launch (its operand
+                                                          loaded as the MAC array's weights)
                     vector  aligned output elements       vector_elems_per_cycle
                             (elementwise, pooling, reductions, softmax, other)
                     lut     aligned output elements       lut_elems_per_cycle (Sigmoid, Tanh, Exp, ...)
@@ -28,10 +32,20 @@ The model, per frame of a compiled plan:
                     loaded: weights, the subgraph's inputs, spilled intermediates (a tensor
                     larger than sram_bytes); stored: subgraph outputs and spills
         latency   = max(compute, memory)
+    lookup tables (``fusion``): a chain of elementwise ops whose one non-constant input is an
+                    int8 tensor (GELU's Div, Erf, Add, Mul, Mul; SiLU; a decomposed HardSwish) is
+                    one table: its last op a lut pass over its output, the others fused
+    one BPU graph (``estimate.on_chip_tensors``): where bpuemu's plan cuts the X5's graph into
+                    steps around the CPU ops the X5 runs on its BPU (X5_BPU_EXTRA: Erf, Div,
+                    Sqrt, ReduceMax, ...), the tensors handed between them stay in SRAM (DDR only
+                    above sram_bytes, one byte an element), and the run pays one subgraph_overhead
+    gate barrier  = gate_barrier_us for each elementwise layer that applies a 1x1-spatial gate to a map
+                    (squeeze-excitation): the gate needs the whole map pooled first
     BPU subgraph  = subgraph_overhead + the sum of its layers' latencies
     input conversion (Preprocess; nv12 -> yuv444, the -128 shift) = its output elements
-                    / vector_elems_per_cycle, on the BPU when compiled into the subgraph
-                    (the X5's case), else on the CPU at cpu_elem_ns
+                    / vector_elems_per_cycle, on the BPU for image inputs (nv12, yuv444, rgb,
+                    bgr, gray: the X5 compiles it into its graph) and whenever bpuemu's plan
+                    compiles it into the subgraph, else on the CPU at convert_elem_ns
     CPU op        = cpu_op_overhead + elements (inputs + outputs) * cpu_elem_ns
     _HzDequantize, _HzQuantize, layout converts (CPU) = elements * convert_elem_ns
     task          = task_overhead + output bytes * output_byte_ns (CPU, per frame: the runtime's
@@ -44,8 +58,10 @@ The model, per frame of a compiled plan:
 
 Parameters are in ``PARAMETERS`` (value, unit, provenance). The "fitted" ones are
 set by ``bench/x5_fit.py`` (least squares on the log errors of the published 1-thread
-latency and multi-thread FPS of bench/x5_fit.csv, every model weighted alike);
-re-run it to refit and it rewrites the values below between the FITTED markers.
+latency and multi-thread FPS of bench/x5_fit.csv and bench/x5_check.csv, on nv12 .bins as the
+boards run them, every model weighted alike, and of makertbin's line against the real
+compiler's where it is published); re-run it with ``--write``
+to refit, and it rewrites the values below between the FITTED markers.
 
 The compile strategy a model records changes the layer costs
 (bpuemu.host.compiler.timing.strategy): bandwidth mode stores outputs and spills
@@ -81,7 +97,6 @@ START_VALUES = {
     "conv_efficiency": 0.35,
     "conv1x1_efficiency": 0.25,
     "dwconv_macs_per_cycle": 128.0,
-    "matmul_efficiency": 0.10,
     "vector_elems_per_cycle": 64.0,
     "lut_elems_per_cycle": 32.0,
     "move_bytes_per_cycle": 64.0,
@@ -94,26 +109,29 @@ START_VALUES = {
     "task_overhead_us": 200.0,
     "output_byte_ns": 1.0,
     "mac_half_pixels": 64.0,
+    "matmul_head_us": 2.0,
+    "gate_barrier_us": 5.0,
 }
 # FITTED-BEGIN (bench/x5_fit.py rewrites the block between these markers)
-FIT_SOURCE = 'fitted by bench/x5_fit.py on x5_fit.csv (39 models), 2026-12-01'
+FIT_SOURCE = 'fitted by bench/x5_fit.py on x5_fit.csv + x5_check.csv (66 models, nv12 .bins), 2026-12-03'
 FITTED_VALUES = {
-    'conv_efficiency': 0.480734,
-    'conv1x1_efficiency': 0.471265,
-    'dwconv_macs_per_cycle': 571.152,
-    'matmul_efficiency': 0.00284206,
-    'vector_elems_per_cycle': 240.527,
-    'lut_elems_per_cycle': 33.8839,
-    'move_bytes_per_cycle': 29.8852,
-    'ddr_bytes_per_cycle': 29.3668,
-    'layer_overhead_us': 1.45382,
-    'subgraph_overhead_us': 10.7527,
+    'conv_efficiency': 0.581528,
+    'conv1x1_efficiency': 0.521207,
+    'dwconv_macs_per_cycle': 159.402,
+    'vector_elems_per_cycle': 40.0257,
+    'lut_elems_per_cycle': 16.3086,
+    'move_bytes_per_cycle': 58.5139,
+    'ddr_bytes_per_cycle': 21.0849,
+    'layer_overhead_us': 0.278765,
+    'subgraph_overhead_us': 7.40193,
     'cpu_elem_ns': 5,
     'cpu_op_overhead_us': 20,
     'convert_elem_ns': 2,
-    'task_overhead_us': 174.484,
-    'output_byte_ns': 2.33442,
-    'mac_half_pixels': 284.42,
+    'task_overhead_us': 195.412,
+    'output_byte_ns': 2.19625,
+    'mac_half_pixels': 358.274,
+    'matmul_head_us': 48.0465,
+    'gate_barrier_us': 2.48808,
 }
 # FITTED-END
 
@@ -122,7 +140,6 @@ _FITTED_DOCS = {
     "conv1x1_efficiency": ("fraction of peak", "MAC-array efficiency of a 1x1 convolution and of Gemm"),
     "dwconv_macs_per_cycle": ("MACs/cycle", "depthwise convolution rate (unaligned MACs; a grouped conv with several "
                                              "channels a group is costed as a dense conv per group)"),
-    "matmul_efficiency": ("fraction of peak", "MAC-array efficiency of MatMul (attention)"),
     "vector_elems_per_cycle": ("elements/cycle", "vector unit: elementwise, pooling, reductions, softmax, the input conversion"),
     "lut_elems_per_cycle": ("elements/cycle", "lookup-table activations (Sigmoid, Tanh, Exp, HardSwish, Pow)"),
     "move_bytes_per_cycle": ("bytes/cycle", "data movement: Concat, Transpose, Resize, Slice, Split, Pad, repacking"),
@@ -136,6 +153,11 @@ _FITTED_DOCS = {
     "output_byte_ns": ("ns/byte", "per frame on the CPU, per byte of the model's outputs: handing the output buffers over"),
     "mac_half_pixels": ("pixels", "output H x W at which the MAC array runs at half its rate (small feature maps fill "
                                   "it poorly: rate x HW / (HW + this))"),
+    "matmul_head_us": ("us", "per head of a MatMul of two activations (attention): its second operand written out "
+                             "and loaded into the MAC array's weight buffer before the head can start"),
+    "gate_barrier_us": ("us", "per broadcast of a globally pooled gate over the map it was pooled from (the "
+                              "squeeze-excitation's Mul): the layer pipeline drains, as the gate needs the whole map "
+                              "first, and refills"),
 }
 
 
@@ -207,7 +229,7 @@ class X5Bpu:
         """Work units per cycle of each layer kind (``KINDS`` order; 0 for view)."""
         peak = self.peak_macs_per_cycle
         return np.array([peak * self.conv_efficiency, peak * self.conv1x1_efficiency, self.dwconv_macs_per_cycle,
-                         peak * self.matmul_efficiency, self.vector_elems_per_cycle, self.lut_elems_per_cycle,
+                         peak * self.conv1x1_efficiency, self.vector_elems_per_cycle, self.lut_elems_per_cycle,
                          self.move_bytes_per_cycle, 0.0])
 
     def us(self, cycles):
@@ -216,11 +238,14 @@ class X5Bpu:
     def cycles(self, us):
         return us * self.clock_hz / 1e6
 
-    def layer_cycles(self, kind, work, repacked, ddr_bytes, fused, overlaps: bool = True, pixels=None):
+    def layer_cycles(self, kind, work, repacked, ddr_bytes, fused, overlaps: bool = True, pixels=None, launches=None,
+                     barriers=None):
         """(compute, memory, latency) cycles of layers: numpy arrays (or scalars) of their features.
 
         ``kind`` indexes ``KINDS``; ``fused`` layers run in the output stage of the layer before;
-        ``pixels``: the output's H x W (the MAC kinds' rate falls on small feature maps).
+        ``pixels``: the output's H x W (the MAC kinds' rate falls on small feature maps); ``launches``: how many
+        times the layer is started (a MatMul of two activations once per head; default 1); ``barriers``: 1 for a
+        layer that broadcasts a globally pooled gate over a map (default 0).
         """
         rates = self.rates()
         kind = np.asarray(kind, dtype=np.int64)
@@ -230,7 +255,12 @@ class X5Bpu:
             rate = np.where(kind < MAC_KINDS, rate * px / (px + self.mac_half_pixels), rate)
         compute = np.where(rate > 0, np.asarray(work, dtype=np.float64) / np.where(rate > 0, rate, 1.0), 0.0)
         active = ~np.asarray(fused, dtype=bool) & (kind != KINDS.index("view"))
-        compute = np.where(active, compute + self.cycles(self.layer_overhead_us), 0.0)
+        starts = 1.0 if launches is None else np.asarray(launches, dtype=np.float64)
+        per_start = self.cycles(self.layer_overhead_us) + np.where(kind == KINDS.index("matmul"),
+                                                                   self.cycles(self.matmul_head_us), 0.0)
+        compute = np.where(active, compute + starts * per_start, 0.0)
+        if barriers is not None:
+            compute = compute + np.asarray(barriers, dtype=np.float64) * self.cycles(self.gate_barrier_us)
         compute = compute + np.asarray(repacked, dtype=np.float64) / self.move_bytes_per_cycle
         memory = np.asarray(ddr_bytes, dtype=np.float64) / self.ddr_bytes_per_cycle
         latency = np.maximum(compute, memory) if overlaps else compute + memory
