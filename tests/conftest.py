@@ -51,8 +51,10 @@ SERIAL_GROUPS = {
                "board/test_metrics.py", "board/test_daemon.py", "host/test_ssh_faults.py",
                "common/test_x5_schedule.py", "test_bench_load.py", "test_bench_rerun_ab.py", "test_bench_soak.py",
                "board/test_attacks.py"),
+    # The arm64 board root is built once (debootstrap under qemu, minutes): its tests hold one worker alone.
+    "arm64": ("deploy/test_install_arm64.py",),
     "daemons": ("board/test_farm.py", "host/test_ocr_eval.py", "host/test_verifier.py", "host/test_ssh.py",
-                "deploy/test_install_arm64.py", "deploy/test_compose.py", "install/test_installed_product.py",
+                "deploy/test_compose.py", "install/test_installed_product.py",
                 "test_docs.py", "board/test_network.py", "board/test_upload_resume.py", "host/test_network_farm.py"),
 }
 _GROUP_OF = {module: group for group, modules in SERIAL_GROUPS.items() for module in modules}

@@ -7,6 +7,7 @@ import logging
 import queue
 import threading
 import time
+from typing import Optional
 
 import grpc
 
@@ -57,7 +58,8 @@ class BoardService(board_pb2_grpc.BoardServicer):
         # The whole upload within its deadline, however slowly the chunks come (a stalled caller would
         # otherwise hold its upload slot and a worker thread): past it the call is cancelled.
         seconds = self.state.limits.transfer_s(max(0, h.size - h.offset))
-        timer = threading.Timer(seconds, self._expire, (context, f"upload of {h.sha256[:12]}", seconds))
+        expired = threading.Event()
+        timer = threading.Timer(seconds, self._expire, (context, f"upload of {h.sha256[:12]}", seconds, expired))
         timer.daemon = True
         timer.start()
         committed = False
@@ -71,6 +73,9 @@ class BoardService(board_pb2_grpc.BoardServicer):
             committed = True
         except (Cancelled, DeadlineExceeded, UploadIncomplete):
             resumable = h.resumable
+            if expired.is_set():  # the board's deadline ended the call, however its request stream then ended
+                raise DeadlineExceeded(f"upload of {h.sha256[:12]} not done within the board's deadline "
+                                       f"({seconds:.0f} s; hrt_boardd --call-deadline)") from None
             raise
         finally:
             timer.cancel()
@@ -81,8 +86,11 @@ class BoardService(board_pb2_grpc.BoardServicer):
         return board_pb2.UploadReply(sha256=h.sha256, bytes_received=upload.received)
 
     @staticmethod
-    def _expire(context, what: str, seconds: float) -> None:
-        """End a call past the board's deadline: the caller gets DEADLINE_EXCEEDED saying so."""
+    def _expire(context, what: str, seconds: float, expired: Optional[threading.Event] = None) -> None:
+        """End a call past the board's deadline: the caller gets DEADLINE_EXCEEDED saying so (``expired`` is set
+        first, for the call's code to tell its end from a caller that went away or sent too little)."""
+        if expired is not None:
+            expired.set()
         message = f"{what} not done within the board's deadline ({seconds:.0f} s; hrt_boardd --call-deadline)"
         log.info("%s: cancelled", message)
         context.set_code(grpc.StatusCode.DEADLINE_EXCEEDED)  # what the metrics count
