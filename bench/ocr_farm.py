@@ -29,7 +29,7 @@ per line tells the run's own cost apart from the machine's load (the CPU rows
 stay flat when the wall rows move).
 
 Latest figures (bench/RESULTS.md has every run): 1000 lines, 2 boards over 1: 2.10x with the two
-cores free, 1.06-1.25x with other sessions busy beside it; the CPU time per line stays flat.
+cores free, 1.06-1.25x with other jobs busy beside it; the CPU time per line stays flat.
 """
 import argparse
 import os
